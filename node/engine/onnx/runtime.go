@@ -1,0 +1,104 @@
+// Package onnx is the in-process ONNX Runtime engine. It owns the link to the
+// ONNX Runtime shared library and builds one pipeline per model task
+// (embeddings, background removal) on reusable sessions.
+package onnx
+
+import (
+	"fmt"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// The ONNX Runtime C environment is process-wide by construction of the C API
+// (one OrtEnv per process). These variables are the only package-level state
+// in the project; they refcount the environment so several Runtimes (several
+// nodes in one test process) can share it safely.
+var (
+	envMu   sync.Mutex
+	envRefs int
+	envLib  string
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// LibraryPath is the path to libonnxruntime.so.
+	LibraryPath string
+	// IntraOpThreads bounds the threads one session run may use (0: ORT default).
+	IntraOpThreads int
+	// MaxBatch is the dynamic batcher's largest batch (embeddings).
+	MaxBatch int
+	// MaxWaitMicros is how long the batcher waits to fill a batch.
+	MaxWaitMicros int
+}
+
+// Runtime is a handle on ONNX Runtime for one node.
+type Runtime struct {
+	cfg    Config
+	closed bool
+	mu     sync.Mutex
+}
+
+// NewRuntime initialises (or joins) the process's ONNX Runtime environment.
+func NewRuntime(cfg Config) (*Runtime, error) {
+	if cfg.LibraryPath == "" {
+		return nil, fmt.Errorf("onnx: library path is empty")
+	}
+	envMu.Lock()
+	defer envMu.Unlock()
+	if envRefs == 0 {
+		ort.SetSharedLibraryPath(cfg.LibraryPath)
+		if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+			return nil, fmt.Errorf("onnx: initialise runtime from %s: %w", cfg.LibraryPath, err)
+		}
+		envLib = cfg.LibraryPath
+	} else if envLib != cfg.LibraryPath {
+		return nil, fmt.Errorf("onnx: runtime already loaded from %s, cannot also load %s", envLib, cfg.LibraryPath)
+	}
+	envRefs++
+	return &Runtime{cfg: cfg}, nil
+}
+
+// Version reports the loaded ONNX Runtime version.
+func (r *Runtime) Version() string { return ort.GetVersion() }
+
+// Config returns the runtime's configuration.
+func (r *Runtime) Config() Config { return r.cfg }
+
+// SessionOptions builds session options with the runtime's thread settings.
+// The caller destroys them after creating its session.
+func (r *Runtime) SessionOptions() (*ort.SessionOptions, error) {
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.IntraOpThreads > 0 {
+		if err := opts.SetIntraOpNumThreads(r.cfg.IntraOpThreads); err != nil {
+			opts.Destroy()
+			return nil, err
+		}
+	}
+	if err := opts.SetInterOpNumThreads(1); err != nil {
+		opts.Destroy()
+		return nil, err
+	}
+	return opts, nil
+}
+
+// Close releases this node's hold on the environment; the last one destroys it.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	envMu.Lock()
+	defer envMu.Unlock()
+	envRefs--
+	if envRefs == 0 {
+		return ort.DestroyEnvironment()
+	}
+	return nil
+}

