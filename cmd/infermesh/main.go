@@ -1,0 +1,117 @@
+// Command infermesh runs a mesh node (`infermesh serve`) and the operator
+// commands that manage one.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/infermesh/infermesh/node"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `infermesh: a mesh of peer inference nodes with an OpenAI-compatible API.
+
+Usage:
+  infermesh serve [flags]          run a node (see infermesh serve -h)
+  infermesh models import DIR      install a model folder into a node's data dir
+  infermesh models list            list the models installed in a data dir
+  infermesh models rm ID           remove an installed model
+  infermesh version                print the version
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "models":
+		return modelsCmd(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "infermesh", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "infermesh: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// serveFlags binds every serve flag to its SERVICE_* variable.
+func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
+	f := newEnvFlags("serve")
+	f.String(&cfg.Listen, "listen", "SERVICE_LISTEN", cfg.Listen, "client HTTP address host:port")
+	f.String(&cfg.DataDir, "data-dir", "SERVICE_DATA_DIR", cfg.DataDir, "data directory (models, state)")
+	f.String(&cfg.NodeID, "node-id", "SERVICE_NODE_ID", cfg.NodeID, "node id in the mesh and in X-Service-Backend (default: host name)")
+	f.List(&cfg.CORSOrigins, "cors-origins", "SERVICE_CORS_ORIGINS", "origins allowed for browser use; * allows any")
+	f.Bool(&cfg.TrustProxy, "trust-proxy", "SERVICE_TRUST_PROXY", cfg.TrustProxy, "honour X-Forwarded-For (only on a node behind a TLS-terminating proxy)")
+	f.Bool(&cfg.Dashboard, "dashboard", "SERVICE_DASHBOARD", cfg.Dashboard, "serve /dashboard")
+	f.String(&cfg.ORTLibrary, "ort-library", "SERVICE_ORT_LIBRARY", cfg.ORTLibrary, "path of libonnxruntime.so")
+	f.Int(&cfg.IntraOpThreads, "intra-op-threads", "SERVICE_INTRA_OP_THREADS", cfg.IntraOpThreads, "threads per ONNX Runtime session run (0: runtime default)")
+	f.Int(&cfg.BatchMax, "batch-max", "SERVICE_BATCH_MAX", cfg.BatchMax, "largest embeddings batch the dynamic batcher builds (1 disables batching)")
+	f.Duration(&cfg.BatchWait, "batch-wait", "SERVICE_BATCH_WAIT", cfg.BatchWait, "longest the batcher waits to fill a batch")
+	f.Duration(&cfg.DrainTimeout, "drain-timeout", "SERVICE_DRAIN_TIMEOUT", cfg.DrainTimeout, "how long in-flight requests may run after SIGTERM")
+	f.String(logLevel, "log-level", "SERVICE_LOG_LEVEL", *logLevel, "debug, info, warn or error")
+	return f
+}
+
+func serve(args []string, stderr io.Writer) int {
+	cfg := node.Defaults()
+	cfg.Version = version
+	logLevel := "info"
+	f := serveFlags(&cfg, &logLevel)
+	f.fs.SetOutput(stderr)
+	if err := f.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(stderr, "infermesh serve: log level %q: want debug, info, warn or error\n", logLevel)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	n, err := node.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
+		return 2
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if err := n.Start(context.Background()); err != nil {
+		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
+		return 1
+	}
+	sig := <-sigs
+	cfg.Logger.Info("signal received; draining", "signal", sig.String())
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- n.Drain(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			cfg.Logger.Warn("drain did not finish cleanly", "err", err)
+			return 1
+		}
+		return 0
+	case sig := <-sigs:
+		cfg.Logger.Warn("second signal; exiting now", "signal", sig.String())
+		return 1
+	}
+}

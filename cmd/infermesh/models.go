@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/infermesh/infermesh/node"
+	"github.com/infermesh/infermesh/node/models"
+)
+
+// modelsCmd manages the model store of a data directory directly. Run it
+// while the node is stopped, or restart the node afterwards.
+func modelsCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cfg := node.Defaults()
+	f := newEnvFlags("models")
+	f.String(&cfg.DataDir, "data-dir", "SERVICE_DATA_DIR", cfg.DataDir, "data directory (models, state)")
+	f.fs.SetOutput(stderr)
+	sub, rest := args[0], args[1:]
+	var pos []string
+	// Positional arguments may come before or after flags.
+	for len(rest) > 0 {
+		if err := f.fs.Parse(rest); err != nil {
+			return 2
+		}
+		rest = f.fs.Args()
+		if len(rest) > 0 {
+			pos = append(pos, rest[0])
+			rest = rest[1:]
+		}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, err := models.Open(filepath.Join(cfg.DataDir, "models"), log, time.Now)
+	if err != nil {
+		fmt.Fprintf(stderr, "infermesh models: %v\n", err)
+		return 1
+	}
+	switch {
+	case sub == "import" && len(pos) >= 1:
+		for _, dir := range pos {
+			m, err := store.Import(dir)
+			if err != nil {
+				fmt.Fprintf(stderr, "infermesh models import: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "installed %s (%s), %d bytes\n", m.ID, m.WireID(), m.TotalSize())
+		}
+		return 0
+	case sub == "list" && len(pos) == 0:
+		for _, m := range store.List() {
+			fmt.Fprintf(stdout, "%-40s %-24s %-20s %d\n", m.ID, m.WireID(), m.Task, m.TotalSize())
+		}
+		return 0
+	case sub == "rm" && len(pos) == 1:
+		if err := store.Remove(pos[0]); err != nil {
+			fmt.Fprintf(stderr, "infermesh models rm: %s: %v\n", pos[0], err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "removed %s\n", pos[0])
+		return 0
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}

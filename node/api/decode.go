@@ -1,0 +1,115 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Body size limits. JSON requests are small; image requests carry base64.
+const (
+	MaxJSONBody  = 4 << 20
+	MaxImageBody = 32 << 20
+)
+
+// readBody reads at most limit bytes of the request body; a larger body is a
+// 413 and an unreadable one a 400.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, BadRequest(CodeInvalidJSON, "", "Could not read the request body.")
+	}
+	if int64(len(b)) > limit {
+		return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "",
+			fmt.Sprintf("Request body is larger than %d bytes.", limit))
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON object into v, rejecting unknown fields,
+// wrong types and trailing data, and names the offending parameter.
+func decodeStrict(body []byte, v any) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return BadRequest(CodeInvalidJSON, "", "The request body is empty; expected a JSON object.")
+	}
+	if trimmed[0] != '{' {
+		return BadRequest(CodeInvalidJSON, "", "The request body must be a JSON object.")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return BadRequest(CodeInvalidJSON, "", "The request body has data after the JSON object.")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a 400 that names the parameter.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		param := te.Field
+		if param == "" {
+			param = "body"
+		}
+		return BadRequest(CodeInvalidType, param,
+			fmt.Sprintf("Invalid type for '%s': expected %s, got a JSON %s.", param, goTypeName(te.Type.String()), te.Value))
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		f = strings.Trim(f, `"`)
+		return BadRequest(CodeUnknownParam, f, fmt.Sprintf("Unrecognized request argument supplied: %s", f))
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return BadRequest(CodeInvalidJSON, "", fmt.Sprintf("We could not parse the JSON body of your request: %s at byte %d.", se.Error(), se.Offset))
+	}
+	return BadRequest(CodeInvalidJSON, "", "We could not parse the JSON body of your request.")
+}
+
+func goTypeName(t string) string {
+	switch {
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "a boolean"
+	case strings.HasPrefix(t, "[]"), strings.HasPrefix(t, "map"):
+		return "an array or object"
+	}
+	return "a different type"
+}
+
+// peekModel reads the top-level "model" string of a JSON body without
+// decoding the rest; used for routing and for routes without an engine yet.
+func peekModel(body []byte) (string, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(body, &probe); err != nil {
+		return "", jsonError(err)
+	}
+	raw, ok := probe["model"]
+	if !ok {
+		return "", BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", BadRequest(CodeInvalidType, "model", "Invalid type for 'model': expected a string.")
+	}
+	if s == "" {
+		return "", BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+	}
+	if len(s) > 256 {
+		return "", BadRequest(CodeInvalidValue, "model", "The model id is longer than 256 characters.")
+	}
+	return s, nil
+}

@@ -1,0 +1,97 @@
+package api
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseEmbeddings(t *testing.T) {
+	ok := []struct {
+		body   string
+		texts  int
+		tokens int
+		b64    bool
+		dims   int
+	}{
+		{`{"model":"m","input":"hello"}`, 1, 0, false, 0},
+		{`{"model":"m","input":["a","b","c"],"encoding_format":"base64"}`, 3, 0, true, 0},
+		{`{"model":"m","input":[1,2,3],"encoding_format":"float"}`, 0, 1, false, 0},
+		{`{"model":"m","input":[[1,2],[3]],"dimensions":8,"user":"u"}`, 0, 2, false, 8},
+		{" \n{\"model\":\"m\",\"input\":\"x\"}\n ", 1, 0, false, 0},
+	}
+	for _, c := range ok {
+		p, err := parseEmbeddings([]byte(c.body))
+		if err != nil {
+			t.Errorf("%s: %v", c.body, err)
+			continue
+		}
+		if len(p.Texts) != c.texts || len(p.Tokens) != c.tokens || p.Base64 != c.b64 || p.Dimensions != c.dims {
+			t.Errorf("%s: got %+v", c.body, p)
+		}
+	}
+	bad := []struct{ body, code, param string }{
+		{``, CodeInvalidJSON, ""},
+		{`null`, CodeInvalidJSON, ""},
+		{`{"model":"m","input":"x"} {}`, CodeInvalidJSON, ""},
+		{`{"model":"m","input":"x"`, CodeInvalidJSON, ""},
+		{`{"input":"x"}`, CodeMissingParam, "model"},
+		{`{"model":"m"}`, CodeMissingParam, "input"},
+		{`{"model":"m","input":null}`, CodeMissingParam, "input"},
+		{`{"model":"m","input":""}`, CodeInvalidValue, "input"},
+		{`{"model":"m","input":[]}`, CodeInvalidValue, "input"},
+		{`{"model":"m","input":[[]]}`, CodeInvalidValue, "input"},
+		{`{"model":"m","input":[-1]}`, CodeInvalidValue, "input"},
+		{`{"model":"m","input":[1.5]}`, CodeInvalidType, "input"},
+		{`{"model":"m","input":{"a":1}}`, CodeInvalidType, "input"},
+		{`{"model":["m"],"input":"x"}`, CodeInvalidType, "model"},
+		{`{"model":"m","input":"x","dimensions":"4"}`, CodeInvalidType, "dimensions"},
+		{`{"model":"m","input":"x","dimensions":0}`, CodeInvalidValue, "dimensions"},
+		{`{"model":"m","input":"x","encoding_format":"hex"}`, CodeInvalidValue, "encoding_format"},
+		{`{"model":"m","input":"x","extra":true}`, CodeUnknownParam, "extra"},
+		{`{"model":"` + strings.Repeat("m", 300) + `","input":"x"}`, CodeInvalidValue, "model"},
+	}
+	for _, c := range bad {
+		_, err := parseEmbeddings([]byte(c.body))
+		var ae *APIError
+		if !errors.As(err, &ae) {
+			t.Errorf("%.50s: want APIError, got %v", c.body, err)
+			continue
+		}
+		if ae.Status != 400 || ae.Code != c.code || (c.param == "" && ae.Param != nil) || (c.param != "" && ae.Param != c.param) {
+			t.Errorf("%.50s: got %d %v %v (%s), want 400 %s %q", c.body, ae.Status, ae.Code, ae.Param, ae.Message, c.code, c.param)
+		}
+	}
+}
+
+// FuzzParseEmbeddings: no input may panic, and every rejection is a 400
+// APIError with a message.
+func FuzzParseEmbeddings(f *testing.F) {
+	for _, s := range []string{`{"model":"m","input":"x"}`, `{"model":"m","input":[[1,2],[3]]}`, `{"model":"m","input":["a"],"dimensions":3,"encoding_format":"base64"}`, `[`, `{"input":[1e99]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := parseEmbeddings(body)
+		if err != nil {
+			var ae *APIError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
+				t.Fatalf("bad rejection %#v", err)
+			}
+			return
+		}
+		if p.Model == "" || (len(p.Texts) == 0) == (len(p.Tokens) == 0) {
+			t.Fatalf("accepted an invalid request: %+v", p)
+		}
+	})
+}
+
+func TestPeekModel(t *testing.T) {
+	if m, err := peekModel([]byte(`{"model":"a:b","messages":[]}`)); err != nil || m != "a:b" {
+		t.Fatalf("%q %v", m, err)
+	}
+	for _, b := range []string{`{}`, `{"model":1}`, `{"model":""}`, `nope`} {
+		if _, err := peekModel([]byte(b)); err == nil {
+			t.Errorf("%s accepted", b)
+		}
+	}
+}

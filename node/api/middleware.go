@@ -1,0 +1,197 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RequestIDPattern defines a well-formed caller X-Request-Id: 1 to 128
+// characters of letters, digits, '.', '_', ':' and '-'. Anything else is
+// replaced by a generated id.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+type ctxKey int
+
+const (
+	ctxRequestID ctxKey = iota
+	ctxClientAddr
+)
+
+// RequestID returns the request id stored by the middleware.
+func RequestID(ctx context.Context) string {
+	s, _ := ctx.Value(ctxRequestID).(string)
+	return s
+}
+
+// ClientAddr returns the caller's address (IP) as the middleware saw it.
+func ClientAddr(ctx context.Context) string {
+	s, _ := ctx.Value(ctxClientAddr).(string)
+	return s
+}
+
+func newRequestID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// timedWriter sets openai-processing-ms when the head is written and records
+// the status for metrics and logs.
+type timedWriter struct {
+	http.ResponseWriter
+	start  time.Time
+	clock  func() time.Time
+	status int
+	bytes  int64
+}
+
+func (w *timedWriter) WriteHeader(code int) {
+	if w.status != 0 {
+		return
+	}
+	w.status = code
+	w.Header().Set("openai-processing-ms", strconv.FormatInt(w.clock().Sub(w.start).Milliseconds(), 10))
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *timedWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush passes through so SSE streams are not buffered.
+func (w *timedWriter) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack passes through for WebSocket upgrades.
+func (w *timedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h, ok := w.ResponseWriter.(http.Hijacker); ok {
+		return h.Hijack()
+	}
+	return nil, nil, errors.New("hijack not supported")
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *timedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// common applies the headers every response carries, recovers panics into a
+// 500 and records metrics and an access log line.
+func (s *Server) common(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.opt.Clock()
+		id := r.Header.Get("X-Request-Id")
+		if !requestIDPattern.MatchString(id) {
+			id = newRequestID()
+		}
+		h := w.Header()
+		h.Set("X-Request-Id", id)
+		h.Set("X-Service-Version", s.opt.Version)
+		ctx := context.WithValue(r.Context(), ctxRequestID, id)
+		ctx = context.WithValue(ctx, ctxClientAddr, s.clientAddr(r))
+		tw := &timedWriter{ResponseWriter: w, start: start, clock: s.opt.Clock}
+		s.metrics.inflight.Inc()
+		s.metrics.recent.begin()
+		defer func() {
+			s.metrics.inflight.Dec()
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("handler panic", "request_id", id, "panic", p, "stack", string(debug.Stack()))
+				if tw.status == 0 {
+					WriteError(tw, Errorf(http.StatusInternalServerError, TypeServer, CodeInternal, "", "The server had an error while processing your request."))
+				}
+			}
+			route := routePattern(r)
+			status := tw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			elapsed := s.opt.Clock().Sub(start)
+			s.metrics.observe(r.Method, route, status, elapsed)
+			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", status, "ms", elapsed.Milliseconds())
+		}()
+		next.ServeHTTP(tw, r.WithContext(ctx))
+	})
+}
+
+// clientAddr is the peer IP, or the first X-Forwarded-For hop when the
+// operator set SERVICE_TRUST_PROXY on this node.
+func (s *Server) clientAddr(r *http.Request) string {
+	if s.opt.TrustProxy {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			first := strings.TrimSpace(strings.Split(xff, ",")[0])
+			if ip := net.ParseIP(first); ip != nil {
+				return ip.String()
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// cors answers preflights for allowed origins without a key and adds the
+// allow-origin header to their actual requests.
+func (s *Server) cors(next http.Handler) http.Handler {
+	if len(s.opt.CORSOrigins) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin == "" || !(slices.Contains(s.opt.CORSOrigins, origin) || slices.Contains(s.opt.CORSOrigins, "*")) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		h.Set("Access-Control-Expose-Headers", "X-Request-Id, X-Service-Version, X-Service-Backend, openai-processing-ms, Retry-After")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, api-key, x-api-key, X-Request-Id, X-Service-Priority, OpenAI-Organization, OpenAI-Project, OpenAI-Beta, X-Stainless-Lang, X-Stainless-Package-Version, X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Retry-Count, X-Stainless-Timeout")
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseWhileDraining answers new work (POST) with 503 server_draining once
+// the node drains, so clients retry elsewhere; reads keep working and
+// requests already running finish.
+func (s *Server) refuseWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && s.opt.Backend.Draining() {
+			e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeDraining, "", "This node is draining; retry on another node.")
+			e.RetryAfter = 1
+			WriteError(w, e)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

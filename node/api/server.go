@@ -1,0 +1,99 @@
+// Package api is a node's HTTP surface: the OpenAI-compatible /v1 routes,
+// /readyz, /dashboard and metrics, with the OpenAI error format, request ids
+// and timing headers applied in one place. It knows nothing about memberlist,
+// raft or ONNX Runtime: it talks to the node through the Backend interface
+// it declares.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// ErrModelNotFound is returned by a Backend for an id no node can serve.
+var ErrModelNotFound = errors.New("model not found")
+
+// ErrWrongTask is returned by a Backend when the model exists but does not
+// serve the requested task.
+var ErrWrongTask = errors.New("model does not serve this endpoint")
+
+// Model is the API's view of an installed model.
+type Model struct {
+	ID         string
+	WireID     string
+	Runtime    string
+	Task       string
+	Modalities []string
+	Created    int64
+	SizeBytes  int64
+	Warm       bool
+}
+
+// Backend is what the API needs from its node.
+type Backend interface {
+	// Models lists installed models allowed by policy, sorted by id.
+	Models() []Model
+	// Model resolves a canonical or wire id.
+	Model(id string) (Model, bool)
+	// Embedder returns the warm embeddings engine for a model id.
+	Embedder(ctx context.Context, id string) (engine.Embedder, error)
+	// BackgroundRemover returns the background-removal engine for an id;
+	// id "" asks for the default one. It returns ErrModelNotFound when no
+	// such engine is installed at all.
+	BackgroundRemover(ctx context.Context, id string) (engine.BackgroundRemover, string, error)
+	// Draining reports whether the node is shutting down.
+	Draining() bool
+	// Status describes the node for the dashboard (id, state, version,
+	// uptime, models, peers); the API adds request statistics to it.
+	Status() map[string]any
+}
+
+// Options configures the API.
+type Options struct {
+	Backend  Backend
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	Clock    func() time.Time
+	// Version is sent in X-Service-Version.
+	Version string
+	// NodeID names this node in X-Service-Backend for locally served work.
+	NodeID string
+	// CORSOrigins are origins allowed for browser use; "*" allows any.
+	CORSOrigins []string
+	// TrustProxy honours X-Forwarded-For for the client address.
+	TrustProxy bool
+	// Dashboard mounts /dashboard when true.
+	Dashboard bool
+}
+
+// Server holds the router and its dependencies.
+type Server struct {
+	opt     Options
+	log     *slog.Logger
+	metrics *metrics
+	router  chi.Router
+}
+
+// New builds the API router.
+func New(opt Options) *Server {
+	if opt.Clock == nil {
+		opt.Clock = time.Now
+	}
+	s := &Server{opt: opt, log: opt.Logger, metrics: newMetrics(opt.Registry)}
+	s.router = s.routes()
+	return s
+}
+
+// InFlight is the number of requests being served now.
+func (s *Server) InFlight() int64 { return s.metrics.recent.inflight() }
+
+// Handler returns the public HTTP handler.
+func (s *Server) Handler() http.Handler { return s.router }

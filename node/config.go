@@ -1,0 +1,127 @@
+// Package node is the composition root of an infermesh node: it builds the
+// model store, engines, HTTP API (and, as the mesh grows, gossip, forwarding
+// and consensus), starts them in order and drains them on shutdown.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Config is everything a node needs. cmd/infermesh fills it from flags and
+// SERVICE_* variables; tests fill it directly.
+type Config struct {
+	// NodeID names the node in the mesh and in X-Service-Backend.
+	NodeID string
+	// Listen is the client HTTP address (host:port).
+	Listen string
+	// DataDir holds models, raft state and other node files.
+	DataDir string
+	// CORSOrigins lists origins allowed for browser use.
+	CORSOrigins []string
+	// TrustProxy honours X-Forwarded-For for client addresses.
+	TrustProxy bool
+	// Dashboard mounts /dashboard.
+	Dashboard bool
+	// ORTLibrary is the path of libonnxruntime.so.
+	ORTLibrary string
+	// IntraOpThreads bounds threads per ONNX Runtime session run (0: default).
+	IntraOpThreads int
+	// BatchMax and BatchWait configure the embeddings dynamic batcher.
+	BatchMax  int
+	BatchWait time.Duration
+	// DrainTimeout bounds how long in-flight requests may take after SIGTERM.
+	DrainTimeout time.Duration
+	// Version is reported in X-Service-Version.
+	Version string
+	// Logger is this node's logger; nil means a text logger on stderr.
+	Logger *slog.Logger
+	// Clock returns the time; nil means time.Now.
+	Clock func() time.Time
+}
+
+var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// DefaultListen is the default client address.
+const DefaultListen = "127.0.0.1:11436"
+
+// Defaults returns a Config with every default filled in.
+func Defaults() Config {
+	host, _ := os.Hostname()
+	home, _ := os.UserHomeDir()
+	return Config{
+		NodeID:       sanitizeID(host),
+		Listen:       DefaultListen,
+		DataDir:      "data",
+		Dashboard:    true,
+		ORTLibrary:   filepath.Join(home, ".cache", "infermesh", "ort", "1.30.0", "libonnxruntime.so"),
+		BatchMax:     32,
+		BatchWait:    2 * time.Millisecond,
+		DrainTimeout: 30 * time.Second,
+		Version:      "dev",
+	}
+}
+
+func sanitizeID(s string) string {
+	s = regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(s, "-")
+	s = strings.TrimLeft(s, "-._")
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	if s == "" {
+		return "node"
+	}
+	return s
+}
+
+// Validate checks every field and returns all problems at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if !nodeIDPattern.MatchString(c.NodeID) {
+		errs = append(errs, fmt.Errorf("node id %q: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.NodeID))
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
+		errs = append(errs, fmt.Errorf("listen %q: want host:port", c.Listen))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is empty"))
+	}
+	for _, o := range c.CORSOrigins {
+		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
+			errs = append(errs, fmt.Errorf("cors origin %q: want http(s)://host[:port] or *", o))
+		}
+	}
+	if c.IntraOpThreads < 0 || c.IntraOpThreads > 256 {
+		errs = append(errs, fmt.Errorf("intra-op threads %d: want 0..256", c.IntraOpThreads))
+	}
+	if c.BatchMax < 1 || c.BatchMax > 1024 {
+		errs = append(errs, fmt.Errorf("batch max %d: want 1..1024", c.BatchMax))
+	}
+	if c.BatchWait < 0 || c.BatchWait > time.Second {
+		errs = append(errs, fmt.Errorf("batch wait %s: want 0..1s", c.BatchWait))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("drain timeout %s: must be positive", c.DrainTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopbackListen reports whether the client listener is on loopback only.
+func (c *Config) IsLoopbackListen() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,160 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/onnx"
+	"github.com/infermesh/infermesh/node/models"
+)
+
+// engines owns the node's loaded models. A loaded model is warm. Loads of
+// the same model by concurrent requests are shared (singleflight).
+type engines struct {
+	cfg   Config
+	log   *slog.Logger
+	store *models.Store
+	group singleflight.Group
+
+	mu     sync.RWMutex
+	rt     *onnx.Runtime
+	loaded map[string]engine.Engine
+}
+
+func newEngines(cfg Config, log *slog.Logger, store *models.Store) *engines {
+	return &engines{cfg: cfg, log: log, store: store, loaded: map[string]engine.Engine{}}
+}
+
+// runtime returns the node's ONNX Runtime handle, creating it on first use.
+func (e *engines) runtime() (*onnx.Runtime, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.rt != nil {
+		return e.rt, nil
+	}
+	if _, err := os.Stat(e.cfg.ORTLibrary); err != nil {
+		return nil, fmt.Errorf("ONNX Runtime library not found at %s (run `make assets` or set SERVICE_ORT_LIBRARY): %w", e.cfg.ORTLibrary, err)
+	}
+	rt, err := onnx.NewRuntime(onnx.Config{
+		LibraryPath:    e.cfg.ORTLibrary,
+		IntraOpThreads: e.cfg.IntraOpThreads,
+		MaxBatch:       e.cfg.BatchMax,
+		MaxWaitMicros:  int(e.cfg.BatchWait.Microseconds()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.rt = rt
+	return rt, nil
+}
+
+// loadAll warms every installed model; a model that fails to load is
+// logged and stays installed but cold.
+func (e *engines) loadAll(ctx context.Context) error {
+	for _, m := range e.store.List() {
+		if _, err := e.load(m); err != nil {
+			e.log.Error("model failed to load", "id", m.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// get returns the warm engine for id, loading it if needed, and checks its task.
+func (e *engines) get(ctx context.Context, id string, task engine.Task) (engine.Engine, error) {
+	m, err := e.store.Get(id)
+	if err != nil {
+		return nil, errNotFound(id)
+	}
+	if engine.Task(m.Task) != task {
+		return nil, fmt.Errorf("model %s is a %s model: %w", m.ID, m.Task, api.ErrWrongTask)
+	}
+	e.mu.RLock()
+	eng := e.loaded[m.ID]
+	e.mu.RUnlock()
+	if eng != nil {
+		return eng, nil
+	}
+	return e.load(m)
+}
+
+func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
+	v, err, _ := e.group.Do(m.ID, func() (any, error) {
+		e.mu.RLock()
+		eng := e.loaded[m.ID]
+		e.mu.RUnlock()
+		if eng != nil {
+			return eng, nil
+		}
+		spec := engine.Spec{ID: m.ID, Task: engine.Task(m.Task), Dir: e.store.Dir(m), Files: m.Files, Options: m.Options}
+		var err error
+		switch m.Runtime() {
+		case "onnx":
+			var rt *onnx.Runtime
+			if rt, err = e.runtime(); err != nil {
+				return nil, err
+			}
+			switch spec.Task {
+			case engine.TaskEmbeddings:
+				eng, err = rt.LoadEmbedder(spec)
+			case engine.TaskBackgroundRemoval:
+				eng, err = rt.LoadBackgroundRemover(spec)
+			default:
+				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
+			}
+		default:
+			err = fmt.Errorf("runtime %q is not available on this node", m.Runtime())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", m.ID, err)
+		}
+		e.mu.Lock()
+		e.loaded[m.ID] = eng
+		e.mu.Unlock()
+		e.log.Info("model warm", "id", m.ID, "task", m.Task)
+		return eng, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(engine.Engine), nil
+}
+
+func (e *engines) isWarm(id string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.loaded[id] != nil
+}
+
+func (e *engines) warmIDs() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]string, 0, len(e.loaded))
+	for id := range e.loaded {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *engines) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, eng := range e.loaded {
+		if err := eng.Close(); err != nil {
+			e.log.Warn("close engine", "id", id, "err", err)
+		}
+	}
+	e.loaded = map[string]engine.Engine{}
+	if e.rt != nil {
+		e.rt.Close()
+		e.rt = nil
+	}
+}

@@ -1,0 +1,154 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/models"
+)
+
+// Node is one running infermesh node.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	clock func() time.Time
+	reg   *prometheus.Registry
+
+	store   *models.Store
+	engines *engines
+	api     *api.Server
+
+	ln       net.Listener
+	srv      *http.Server
+	served   chan error
+	started  time.Time
+	draining atomic.Bool
+	stopOnce sync.Once
+}
+
+// New validates cfg and builds a node; nothing listens until Start.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry()}
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, err := models.Open(filepath.Join(cfg.DataDir, "models"), n.log, n.clock)
+	if err != nil {
+		return nil, err
+	}
+	n.store = store
+	n.engines = newEngines(cfg, n.log, store)
+	n.api = api.New(api.Options{
+		Backend:     n,
+		Logger:      n.log,
+		Registry:    n.reg,
+		Clock:       n.clock,
+		Version:     cfg.Version,
+		NodeID:      cfg.NodeID,
+		CORSOrigins: cfg.CORSOrigins,
+		TrustProxy:  cfg.TrustProxy,
+		Dashboard:   cfg.Dashboard,
+	})
+	return n, nil
+}
+
+// Start loads the installed models (making them warm) and starts serving.
+func (n *Node) Start(ctx context.Context) error {
+	if err := n.engines.loadAll(ctx); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", n.cfg.Listen)
+	if err != nil {
+		n.engines.close()
+		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
+	}
+	n.ln = ln
+	n.srv = &http.Server{
+		Handler:           n.api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+	}
+	n.started = n.clock()
+	n.served = make(chan error, 1)
+	go func() { n.served <- n.srv.Serve(ln) }()
+	n.log.Info("node listening", "addr", ln.Addr().String(), "data_dir", n.cfg.DataDir, "warm_models", n.engines.warmIDs())
+	return nil
+}
+
+// Addr is the client listener's address once started.
+func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+// ID is the node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Registry is the node's Prometheus registry.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Drain marks the node draining (/readyz answers 503 and new work is
+// refused at once), waits for in-flight requests to finish within ctx, then
+// closes the listener and engines.
+func (n *Node) Drain(ctx context.Context) error {
+	var err error
+	n.stopOnce.Do(func() {
+		n.draining.Store(true)
+		n.log.Info("draining", "inflight", n.api.InFlight())
+		if n.srv != nil {
+			err = n.waitIdle(ctx)
+			n.srv.SetKeepAlivesEnabled(false)
+			if serr := n.srv.Shutdown(ctx); serr != nil {
+				err = errors.Join(err, serr)
+				n.srv.Close()
+			}
+			if serr := <-n.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+				n.log.Warn("server stopped", "err", serr)
+			}
+		}
+		n.engines.close()
+		n.log.Info("stopped")
+	})
+	return err
+}
+
+// waitIdle polls until no request is in flight or ctx ends.
+func (n *Node) waitIdle(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for n.api.InFlight() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain: %d requests still in flight: %w", n.api.InFlight(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Close stops the node at once.
+func (n *Node) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.Drain(ctx)
+	return nil
+}
