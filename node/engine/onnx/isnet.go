@@ -1,0 +1,322 @@
+package onnx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// ISNet defaults and bounds for Spec.Options.
+const (
+	isnetDefaultSize = 1024
+	isnetMaxSize     = 4096
+	// isnetMaxRuns bounds the "concurrency" option.
+	isnetMaxRuns = 64
+)
+
+// errEngineClosed is returned by calls on a closed engine.
+var errEngineClosed = errors.New("onnx: engine is closed")
+
+// isnetSlot is everything one in-flight inference owns: the input and output
+// buffers, the ORT tensors wrapping them and the run options that cancel it.
+type isnetSlot struct {
+	input, output []float32
+	inT, outT     *ort.Tensor[float32]
+	run           *ort.RunOptions
+}
+
+func (s *isnetSlot) destroy() {
+	if s.inT != nil {
+		s.inT.Destroy()
+	}
+	if s.outT != nil {
+		s.outT.Destroy()
+	}
+	if s.run != nil {
+		s.run.Destroy()
+	}
+}
+
+// isnet is the ISNet (DIS) background-removal pipeline.
+//
+// Concurrency: the model runs in one ort.DynamicAdvancedSession, created once.
+// ONNX Runtime allows concurrent Run calls on one session as long as each
+// call has its own input and output values; an AdvancedSession binds a single
+// set of tensors at creation and would need a lock around fill, run and read.
+// Here each of n slots owns preallocated tensors, and the slots channel is
+// both the pool of those tensors and the semaphore bounding concurrent runs.
+// n defaults to 1: one run already spreads over the intra-op threads, and each
+// further concurrent run costs its own activation memory (hundreds of MB at
+// 1024x1024) for little extra throughput on CPU. Decoding-side work (pixel
+// conversion, mask resize to the caller's size) happens outside the slot.
+type isnet struct {
+	id      string
+	size    int
+	session *ort.DynamicAdvancedSession
+	slots   chan *isnetSlot
+	nSlots  int // slots created; Close collects this many
+	done    chan struct{}
+	once    sync.Once
+	err     error
+}
+
+// LoadBackgroundRemover loads an ISNet-style model: one float input
+// [1,3,S,S] fed with (pixel-128)/256 per RGB channel, and a [1,1,S,S] mask in
+// [0,1] as the output named "output" (else the first output). spec.Files
+// ["model"] names the .onnx file inside spec.Dir; spec.Options "input_size"
+// sets S (default 1024) and "concurrency" the number of simultaneous runs
+// (default 1).
+func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemover, error) {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, errors.New("onnx: runtime is closed")
+	}
+	size, err := intOption(spec.Options, "input_size", isnetDefaultSize, 32, isnetMaxSize)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+	}
+	nSlots, err := intOption(spec.Options, "concurrency", 1, 1, isnetMaxRuns)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+	}
+	name := spec.Files["model"]
+	if name == "" {
+		return nil, fmt.Errorf("onnx: %s: spec names no \"model\" file", spec.ID)
+	}
+	path := filepath.Join(spec.Dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("onnx: %s: model file: %w", spec.ID, err)
+	}
+	inName, outName, err := isnetIO(path, size)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+	}
+	opts, err := r.SessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: session options: %w", spec.ID, err)
+	}
+	session, err := ort.NewDynamicAdvancedSession(path, []string{inName}, []string{outName}, opts)
+	opts.Destroy()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: create session: %w", spec.ID, err)
+	}
+	e := &isnet{
+		id:      spec.ID,
+		size:    size,
+		session: session,
+		slots:   make(chan *isnetSlot, nSlots),
+		done:    make(chan struct{}),
+	}
+	for range nSlots {
+		s, err := newISNetSlot(size)
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+		}
+		e.slots <- s
+		e.nSlots++
+	}
+	return e, nil
+}
+
+// intOption parses options[key] as an integer in [lo, hi], or returns def.
+func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
+	s, ok := options[key]
+	if !ok || s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
+	}
+	return v, nil
+}
+
+// isnetIO checks the model's signature against the expected shapes and
+// returns its input and output names. The probe session skips graph
+// optimisation, so it costs little next to the real one.
+func isnetIO(path string, size int) (string, string, error) {
+	probe, err := ort.NewSessionOptions()
+	if err != nil {
+		return "", "", err
+	}
+	defer probe.Destroy()
+	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
+		return "", "", err
+	}
+	ins, outs, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	if err != nil {
+		return "", "", fmt.Errorf("read model signature: %w", err)
+	}
+	if len(ins) != 1 {
+		return "", "", fmt.Errorf("model has %d inputs, want 1 image input", len(ins))
+	}
+	if len(outs) == 0 {
+		return "", "", errors.New("model has no outputs")
+	}
+	out := outs[0]
+	for _, o := range outs {
+		if o.Name == "output" {
+			out = o
+		}
+	}
+	if err := checkImageTensor(ins[0], 3, size); err != nil {
+		return "", "", fmt.Errorf("input %q: %w", ins[0].Name, err)
+	}
+	if err := checkImageTensor(out, 1, size); err != nil {
+		return "", "", fmt.Errorf("output %q: %w", out.Name, err)
+	}
+	return ins[0].Name, out.Name, nil
+}
+
+// checkImageTensor accepts a float tensor [1|?, channels, size|?, size|?].
+func checkImageTensor(info ort.InputOutputInfo, channels, size int) error {
+	if info.OrtValueType != ort.ONNXTypeTensor || info.DataType != ort.TensorElementDataTypeFloat {
+		return fmt.Errorf("is %s, want a float32 tensor", info.String())
+	}
+	d := info.Dimensions
+	want := []int64{1, int64(channels), int64(size), int64(size)}
+	if len(d) != len(want) {
+		return fmt.Errorf("has shape %v, want %v", d, want)
+	}
+	for i, w := range want {
+		if d[i] >= 0 && d[i] != w {
+			if i >= 2 {
+				return fmt.Errorf("has shape %v but input_size is %d", d, size)
+			}
+			return fmt.Errorf("has shape %v, want %v", d, want)
+		}
+	}
+	return nil
+}
+
+func newISNetSlot(size int) (*isnetSlot, error) {
+	s := &isnetSlot{
+		input:  make([]float32, 3*size*size),
+		output: make([]float32, size*size),
+	}
+	var err error
+	if s.inT, err = ort.NewTensor(ort.NewShape(1, 3, int64(size), int64(size)), s.input); err != nil {
+		return nil, fmt.Errorf("input tensor: %w", err)
+	}
+	if s.outT, err = ort.NewTensor(ort.NewShape(1, 1, int64(size), int64(size)), s.output); err != nil {
+		s.destroy()
+		return nil, fmt.Errorf("output tensor: %w", err)
+	}
+	if s.run, err = ort.NewRunOptions(); err != nil {
+		s.destroy()
+		return nil, fmt.Errorf("run options: %w", err)
+	}
+	return s, nil
+}
+
+// ID returns the canonical model id.
+func (e *isnet) ID() string { return e.id }
+
+// RemoveBackground predicts the foreground mask of img and returns img's
+// pixels with that mask as alpha (multiplied by img's own alpha, so pixels
+// that were already transparent stay so). Cancelling ctx abandons the call
+// while it waits for a run slot, and stops a run in progress.
+func (e *isnet) RemoveBackground(ctx context.Context, img image.Image) (*image.NRGBA, error) {
+	if img == nil || img.Bounds().Empty() {
+		return nil, &engine.InputError{Param: "image", Msg: "image has no pixels"}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.done:
+		return nil, errEngineClosed
+	default:
+	}
+	out := toNRGBA(img)
+	mask, err := e.predict(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	applyMask(out, mask, e.size)
+	return out, nil
+}
+
+// predict runs the model on src and returns a copy of the size x size mask.
+func (e *isnet) predict(ctx context.Context, src *image.NRGBA) ([]float32, error) {
+	var slot *isnetSlot
+	select {
+	case slot = <-e.slots:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.done:
+		return nil, errEngineClosed
+	}
+	defer func() { e.slots <- slot }()
+	// A slot taken after Close began goes straight back to Close.
+	select {
+	case <-e.done:
+		return nil, errEngineClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	resizeToCHW(src, e.size, slot.input)
+	if err := e.run(ctx, slot); err != nil {
+		return nil, err
+	}
+	mask := make([]float32, len(slot.output))
+	copy(mask, slot.output)
+	return mask, nil
+}
+
+// run executes the session on the slot's tensors; ctx's cancellation sets the
+// slot's terminate flag, which ORT checks between graph nodes.
+func (e *isnet) run(ctx context.Context, slot *isnetSlot) error {
+	terminated := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(terminated)
+		slot.run.Terminate()
+	})
+	err := e.session.RunWithOptions([]ort.Value{slot.inT}, []ort.Value{slot.outT}, slot.run)
+	if !stop() {
+		// The terminate callback started: wait for it, then make the
+		// slot's run options usable again.
+		<-terminated
+		if uerr := slot.run.UnsetTerminate(); uerr != nil && err == nil {
+			err = uerr
+		}
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("onnx: %s: run: %w", e.id, err)
+	}
+	return nil
+}
+
+// Close waits for runs in flight, then releases the tensors and the session.
+// Calls that have not started a run fail with an error once Close begins.
+func (e *isnet) Close() error {
+	e.once.Do(func() {
+		close(e.done)
+		var errs []error
+		for range e.nSlots {
+			(<-e.slots).destroy()
+		}
+		if e.session != nil {
+			errs = append(errs, e.session.Destroy())
+		}
+		e.err = errors.Join(errs...)
+	})
+	return e.err
+}

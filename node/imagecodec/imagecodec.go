@@ -1,0 +1,228 @@
+// Package imagecodec turns the `image` field of vision requests (plain base64
+// or a base64 data URL) into a decoded image, and encodes results back into
+// PNG data URLs. Every size is bounded before memory is committed to it, so a
+// hostile request cannot make a node allocate more than the configured limits.
+// Images stay in memory; nothing is written to disk.
+//
+// Formats are chosen by sniffing magic bytes and calling the PNG, JPEG or GIF
+// decoder directly rather than through image.Decode, so importing this
+// package registers nothing in the standard library's global format table.
+package imagecodec
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"image"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"strings"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// Defaults applied when an Options field is zero or negative.
+const (
+	// DefaultMaxBytes bounds the size of the encoded image file (after base64
+	// decoding): 32 MiB.
+	DefaultMaxBytes = 32 << 20
+	// DefaultMaxPixels bounds width*height: 40 megapixels.
+	DefaultMaxPixels = 40_000_000
+)
+
+// param is the request parameter every caller error names.
+const param = "image"
+
+// Options bounds what DecodeWithOptions accepts.
+type Options struct {
+	// MaxBytes is the largest accepted image file, in bytes after base64
+	// decoding (DefaultMaxBytes when <= 0).
+	MaxBytes int
+	// MaxPixels is the largest accepted width*height (DefaultMaxPixels when
+	// <= 0). It is checked from the file header before pixels are decoded.
+	MaxPixels int
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxPixels <= 0 {
+		o.MaxPixels = DefaultMaxPixels
+	}
+	return o
+}
+
+// Decode decodes s, plain base64 (standard or URL alphabet, padded or not)
+// or a `data:image/...;base64,` URL, holding a PNG, JPEG or GIF image of at
+// most maxBytes bytes (DefaultMaxBytes when <= 0) and DefaultMaxPixels
+// pixels. Caller mistakes are returned as *engine.InputError for "image".
+func Decode(s string, maxBytes int) (image.Image, error) {
+	return DecodeWithOptions(s, Options{MaxBytes: maxBytes})
+}
+
+// DecodeWithOptions is Decode with explicit limits.
+func DecodeWithOptions(s string, opts Options) (image.Image, error) {
+	opts = opts.withDefaults()
+	payload, err := base64Payload(s)
+	if err != nil {
+		return nil, err
+	}
+	data, err := decodeBase64(payload, opts.MaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return decodeImage(data, opts.MaxPixels)
+}
+
+// EncodePNGDataURL encodes img as a PNG and returns it as a
+// `data:image/png;base64,` URL.
+func EncodePNGDataURL(img image.Image) (string, error) {
+	if img == nil {
+		return "", errors.New("imagecodec: nil image")
+	}
+	const prefix = "data:image/png;base64,"
+	var sb strings.Builder
+	sb.WriteString(prefix)
+	w := base64.NewEncoder(base64.StdEncoding, &sb)
+	if err := png.Encode(w, img); err != nil {
+		return "", fmt.Errorf("imagecodec: encode png: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return "", fmt.Errorf("imagecodec: encode png: %w", err)
+	}
+	return sb.String(), nil
+}
+
+func inputErr(format string, args ...any) error {
+	return &engine.InputError{Param: param, Msg: fmt.Sprintf(format, args...)}
+}
+
+// base64Payload strips a data URL header if present and returns the base64
+// text. Anything that is neither base64 nor a base64 data URL is refused.
+func base64Payload(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", inputErr("image is empty; send base64 or a data:image/...;base64, URL")
+	}
+	if !hasPrefixFold(s, "data:") {
+		if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
+			return "", inputErr("image must be base64 or a data: URL; remote URLs are not fetched")
+		}
+		return s, nil
+	}
+	comma := strings.IndexByte(s, ',')
+	if comma < 0 {
+		return "", inputErr("image data URL has no comma before its data")
+	}
+	params := strings.Split(s[len("data:"):comma], ";")
+	mediaType := strings.ToLower(strings.TrimSpace(params[0]))
+	if !strings.HasPrefix(mediaType, "image/") {
+		if mediaType == "" {
+			mediaType = "none"
+		}
+		return "", inputErr("image data URL must have an image/* media type, got %s", mediaType)
+	}
+	if len(params) < 2 || !strings.EqualFold(strings.TrimSpace(params[len(params)-1]), "base64") {
+		return "", inputErr("image data URL must be base64-encoded (data:%s;base64,...)", mediaType)
+	}
+	return strings.TrimSpace(s[comma+1:]), nil
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// decodeBase64 decodes payload with the alphabet it uses, accepting missing
+// padding and line breaks, and refuses output longer than maxBytes without
+// allocating more than maxBytes+1 bytes for it.
+func decodeBase64(payload string, maxBytes int) ([]byte, error) {
+	enc := base64.RawStdEncoding
+	std := strings.ContainsAny(payload, "+/")
+	url := strings.ContainsAny(payload, "-_")
+	switch {
+	case std && url:
+		return nil, inputErr("image is not valid base64: it mixes the standard (+/) and URL (-_) alphabets")
+	case url:
+		enc = base64.RawURLEncoding
+	}
+	payload = strings.TrimRight(payload, "=\r\n\t ")
+	if payload == "" {
+		return nil, inputErr("image is empty; send base64 or a data:image/...;base64, URL")
+	}
+	// The decoded length is at most 3/4 of the text, so a buffer of that
+	// size (or of the limit plus one byte, when smaller) never grows: a too
+	// large input is detected when the limit's extra byte fills.
+	buf := make([]byte, min(len(payload)/4*3+3, maxBytes+1))
+	n, err := io.ReadFull(base64.NewDecoder(enc, strings.NewReader(payload)), buf)
+	switch {
+	case err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+	default:
+		return nil, inputErr("image is neither valid base64 nor a data:image/...;base64, URL")
+	}
+	if n > maxBytes {
+		return nil, inputErr("image is larger than the %d-byte limit", maxBytes)
+	}
+	return buf[:n], nil
+}
+
+// format is one image container this package decodes.
+type format struct {
+	name         string
+	decodeConfig func(io.Reader) (image.Config, error)
+	decode       func(io.Reader) (image.Image, error)
+}
+
+// hasMagic reports whether data starts with magic, without allocating.
+func hasMagic(data []byte, magic string) bool {
+	return len(data) >= len(magic) && string(data[:len(magic)]) == magic
+}
+
+// sniff picks the decoder from the file's magic bytes.
+func sniff(data []byte) (format, error) {
+	switch {
+	case hasMagic(data, "\x89PNG\r\n\x1a\n"):
+		return format{"PNG", png.DecodeConfig, png.Decode}, nil
+	case hasMagic(data, "\xff\xd8\xff"):
+		return format{"JPEG", jpeg.DecodeConfig, jpeg.Decode}, nil
+	case hasMagic(data, "GIF87a"), hasMagic(data, "GIF89a"):
+		return format{"GIF", gif.DecodeConfig, gif.Decode}, nil
+	case hasMagic(data, "RIFF") && len(data) >= 12 && string(data[8:12]) == "WEBP":
+		return format{}, inputErr("image is WebP, which is not supported; send PNG, JPEG or GIF")
+	}
+	return format{}, inputErr("image format not recognised; send PNG, JPEG or GIF")
+}
+
+// decodeImage checks the header's dimensions against maxPixels before
+// decoding the pixels.
+func decodeImage(data []byte, maxPixels int) (image.Image, error) {
+	f, err := sniff(data)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := f.decodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return nil, inputErr("image could not be decoded as %s: %v", f.name, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return nil, inputErr("image has no pixels (%dx%d)", cfg.Width, cfg.Height)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > int64(maxPixels) {
+		return nil, inputErr("image is %dx%d, more than the %d-pixel limit", cfg.Width, cfg.Height, maxPixels)
+	}
+	img, err := f.decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, inputErr("image could not be decoded as %s: %v", f.name, err)
+	}
+	b := img.Bounds()
+	if b.Empty() {
+		return nil, inputErr("image has no pixels (%dx%d)", b.Dx(), b.Dy())
+	}
+	if int64(b.Dx())*int64(b.Dy()) > int64(maxPixels) {
+		return nil, inputErr("image is %dx%d, more than the %d-pixel limit", b.Dx(), b.Dy(), maxPixels)
+	}
+	return img, nil
+}
