@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/batch"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -29,6 +30,7 @@ type Node struct {
 
 	store   *models.Store
 	engines *engines
+	batches *batch.Manager
 	api     *api.Server
 
 	ln       net.Listener
@@ -58,8 +60,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.store = store
 	n.engines = newEngines(cfg, n.log, store)
+	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.Embedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:     n,
+		Batches:     n.batches,
 		Logger:      n.log,
 		Registry:    n.reg,
 		Clock:       n.clock,
@@ -125,6 +129,7 @@ func (n *Node) Drain(ctx context.Context) error {
 				n.log.Warn("server stopped", "err", serr)
 			}
 		}
+		n.batches.Close()
 		n.engines.close()
 		n.log.Info("stopped")
 	})

@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +24,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
 )
 
 // These tests drive the real infermesh binary with the official OpenAI Go
@@ -47,27 +48,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// cacheModel returns a model folder prepared by `make assets`.
-func cacheModel(t *testing.T, name string) string {
-	t.Helper()
-	root := os.Getenv("INFERMESH_CACHE")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "infermesh")
-	}
-	dir := filepath.Join(root, "models", name)
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		t.Fatalf("model %s is missing from %s: run `make assets` first (%v)", name, dir, err)
-	}
-	return dir
-}
-
 // proc is one running infermesh process.
 type proc struct {
 	cmd    *exec.Cmd
 	addr   string
 	stderr *bytes.Buffer
-	done   chan error
+	// exited is closed when the process has exited; err is its Wait error.
+	exited chan struct{}
+	err    error
 }
 
 var listenLine = regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
@@ -78,7 +66,7 @@ func startNode(t *testing.T, id string, models ...string) *proc {
 	t.Helper()
 	data := t.TempDir()
 	for _, m := range models {
-		out, err := exec.Command(binPath, "models", "import", "--data-dir", data, cacheModel(t, m)).CombinedOutput()
+		out, err := exec.Command(binPath, "models", "import", "--data-dir", data, onnxtest.AssetDir(t, m, "manifest.json")).CombinedOutput()
 		if err != nil {
 			t.Fatalf("import %s: %v\n%s", m, err, out)
 		}
@@ -89,7 +77,7 @@ func startNode(t *testing.T, id string, models ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -101,18 +89,18 @@ func startNode(t *testing.T, id string, models ...string) *proc {
 			}
 		}
 	}()
-	go func() { p.done <- cmd.Wait(); pw.Close() }()
+	go func() { p.err = cmd.Wait(); pw.Close(); close(p.exited) }()
 	select {
 	case p.addr = <-addrCh:
-	case err := <-p.done:
-		t.Fatalf("node exited before listening: %v\n%s", err, p.stderr)
+	case <-p.exited:
+		t.Fatalf("node exited before listening: %v\n%s", p.err, p.stderr)
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("node did not start listening\n%s", p.stderr)
 	}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		<-p.done
+		<-p.exited
 		if t.Failed() {
 			t.Logf("node %s log:\n%s", id, p.stderr)
 		}
@@ -207,6 +195,9 @@ func TestEndToEndModelsAndEmbeddings(t *testing.T) {
 			t.Errorf("%s: batch vector differs from the single request's", format)
 		}
 	}
+
+	// A background batch job gives the same vectors as the direct call.
+	checkBatchJob(t, p, texts, one.Data[0].Embedding)
 
 	// Errors through the SDK carry the status and the code.
 	_, err = c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "onnx/nope/missing", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("x")}})
@@ -352,19 +343,10 @@ func TestEndToEndPathsHeadersAndBadInput(t *testing.T) {
 		t.Errorf("malformed request id was echoed")
 	}
 	// The node still serves after all of that.
-	if _, err := p.client().Embeddings.New(context.Background(), openai.EmbeddingNewParams{Model: "tiny-bert:test-128", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("still alive")}}); err != nil {
+	c := p.client()
+	if _, err := c.Embeddings.New(context.Background(), openai.EmbeddingNewParams{Model: "tiny-bert:test-128", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("still alive")}}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// goPhoto is a real photograph shipped with Go: two people in front of a
-// plain background.
-func goPhoto(t *testing.T) []byte {
-	b, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "image", "testdata", "video-001.png"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func removeBackground(t *testing.T, p *proc, photo []byte) (*http.Response, error) {
@@ -415,7 +397,8 @@ func meanAlpha(img image.Image, r image.Rectangle) float64 {
 
 func TestEndToEndBackgroundRemovalAndDrain(t *testing.T) {
 	p := startNode(t, "e2e-vision", "isnet")
-	photo := goPhoto(t)
+	photo := onnxtest.GoTestdata(t, "video-001.png")
+	backgroundRegions, foregroundRegions := onnxtest.PhotoRegions()
 	src, err := png.Decode(bytes.NewReader(photo))
 	if err != nil {
 		t.Fatal(err)
@@ -479,9 +462,9 @@ func TestEndToEndBackgroundRemovalAndDrain(t *testing.T) {
 		t.Fatalf("drained request returned %v", out.Bounds())
 	}
 	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("node exit after drain: %v", err)
+	case <-p.exited:
+		if p.err != nil {
+			t.Fatalf("node exit after drain: %v\n%s", p.err, p.stderr)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("node did not exit after drain")
@@ -529,4 +512,52 @@ func waitInFlight(t *testing.T, p *proc) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Fatal("the slow request never showed up in flight")
+}
+
+func checkBatchJob(t *testing.T, p *proc, texts []string, first []float64) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "tiny-bert:test-128", "input": texts})
+	resp, err := http.Post(p.url("/v1/batch/embeddings"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+		Counts struct {
+			Total, Completed int
+		} `json:"request_counts"`
+		Data []struct {
+			Index     int       `json:"index"`
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&job)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || job.ID == "" || job.Counts.Total != len(texts) {
+		t.Fatalf("batch submit: %d %+v", resp.StatusCode, job)
+	}
+	for i := 0; i < 500 && job.Status != "completed"; i++ {
+		if job.Status == "failed" || job.Status == "cancelled" {
+			t.Fatalf("batch job ended %s", job.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+		r, err := http.Get(p.url("/v1/batch/embeddings/" + job.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(r.Body).Decode(&job)
+		r.Body.Close()
+	}
+	if job.Status != "completed" || len(job.Data) != len(texts) || job.Counts.Completed != len(texts) {
+		t.Fatalf("batch job: %s, %d vectors", job.Status, len(job.Data))
+	}
+	if dist(job.Data[0].Embedding, first) > 1e-5 {
+		t.Errorf("batch job vector differs from the direct request's")
+	}
+	r, _ := http.Get(p.url("/v1/batch/embeddings/embbatch_nope"))
+	if r.StatusCode != 404 {
+		t.Errorf("unknown batch job: %d", r.StatusCode)
+	}
+	r.Body.Close()
 }

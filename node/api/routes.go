@@ -40,7 +40,10 @@ func (s *Server) routes() chi.Router {
 		r.Post("/vision/faces", s.noVisionEngine)
 
 		r.Post("/chat/completions", s.jsonModelRoute("chat"))
-		r.Post("/batch/embeddings", s.jsonModelRoute("batch embeddings"))
+		r.Post("/batch/embeddings", s.submitBatch)
+		r.Get("/batch/embeddings", s.listBatches)
+		r.Get("/batch/embeddings/{id}", s.getBatch)
+		r.Delete("/batch/embeddings/{id}", s.cancelBatch)
 		r.Post("/images/generations", s.jsonModelRoute("image generation"))
 		r.Post("/images/describe", s.jsonModelRoute("image description"))
 		r.Post("/audio/speech", s.jsonModelRoute("text-to-speech"))

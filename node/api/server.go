@@ -70,6 +70,8 @@ type Options struct {
 	CORSOrigins []string
 	// TrustProxy honours X-Forwarded-For for the client address.
 	TrustProxy bool
+	// Batches runs background embedding jobs.
+	Batches BatchJobs
 	// Dashboard mounts /dashboard when true.
 	Dashboard bool
 }

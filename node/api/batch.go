@@ -1,0 +1,156 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/infermesh/infermesh/node/batch"
+)
+
+// MaxBatchInputs bounds one batch embeddings job.
+const MaxBatchInputs = 50000
+
+// BatchJobs is the node's background embedding job manager.
+type BatchJobs interface {
+	Submit(model string, texts []string, dims int) (batch.Job, error)
+	Snapshot(id string) (batch.Job, error)
+	Cancel(id string) (batch.Job, error)
+	List() []batch.Job
+}
+
+type batchRequest struct {
+	Model          string   `json:"model"`
+	Input          []string `json:"input"`
+	EncodingFormat string   `json:"encoding_format,omitempty"`
+	Dimensions     *int     `json:"dimensions,omitempty"`
+}
+
+func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, MaxImageBody)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req batchRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.Model == "" {
+		WriteError(w, BadRequest(CodeMissingParam, "model", "You must provide a model parameter."))
+		return
+	}
+	if len(req.Input) == 0 {
+		WriteError(w, BadRequest(CodeMissingParam, "input", "You must provide a non-empty input array of strings."))
+		return
+	}
+	if len(req.Input) > MaxBatchInputs {
+		WriteError(w, BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(req.Input), MaxBatchInputs)))
+		return
+	}
+	for i, t := range req.Input {
+		if t == "" || len(t) > MaxEmbeddingInputLen {
+			WriteError(w, BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is empty or longer than %d bytes.", i, MaxEmbeddingInputLen)))
+			return
+		}
+	}
+	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {
+		WriteError(w, BadRequest(CodeInvalidValue, "encoding_format", "'encoding_format' must be 'float' or 'base64'."))
+		return
+	}
+	dims := 0
+	if req.Dimensions != nil {
+		dims = *req.Dimensions
+	}
+	m, ok := s.opt.Backend.Model(req.Model)
+	if !ok {
+		WriteError(w, ModelNotFound(req.Model))
+		return
+	}
+	emb, err := s.opt.Backend.Embedder(r.Context(), m.ID)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if dims < 0 || dims > emb.MaxDimensions() || (dims > 0 && dims < emb.MaxDimensions() && !emb.TruncatableDimensions()) {
+		WriteError(w, BadRequest(CodeInvalidValue, "dimensions", fmt.Sprintf("'dimensions' %d is not available for model %s.", dims, m.ID)))
+		return
+	}
+	job, err := s.opt.Batches.Submit(m.ID, req.Input, dims)
+	if errors.Is(err, batch.ErrFull) {
+		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "", "Too many batch jobs are queued on this node; retry later.")
+		e.RetryAfter = 30
+		WriteError(w, e)
+		return
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, batchObject(job, false))
+}
+
+func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
+	id, _ := url.PathUnescape(chi.URLParam(r, "id"))
+	job, err := s.opt.Batches.Snapshot(id)
+	if err != nil {
+		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "batch_not_found", "id", fmt.Sprintf("No batch job %q (finished jobs expire).", id)))
+		return
+	}
+	writeJSON(w, http.StatusOK, batchObject(job, r.URL.Query().Get("encoding_format") == "base64"))
+}
+
+func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
+	id, _ := url.PathUnescape(chi.URLParam(r, "id"))
+	job, err := s.opt.Batches.Cancel(id)
+	if err != nil {
+		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "batch_not_found", "id", fmt.Sprintf("No batch job %q.", id)))
+		return
+	}
+	writeJSON(w, http.StatusOK, batchObject(job, false))
+}
+
+func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
+	jobs := s.opt.Batches.List()
+	data := make([]map[string]any, 0, len(jobs))
+	for _, j := range jobs {
+		data = append(data, batchObject(j, false))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// batchObject is the JSON form of a job; vectors appear once completed.
+func batchObject(j batch.Job, b64 bool) map[string]any {
+	o := map[string]any{
+		"id":             j.ID,
+		"object":         "batch.embeddings",
+		"model":          j.Model,
+		"status":         j.Status,
+		"created_at":     j.CreatedAt.Unix(),
+		"completed_at":   nil,
+		"request_counts": map[string]int{"total": j.Total, "completed": j.Done},
+		"error":          nil,
+	}
+	if !j.CompletedAt.IsZero() {
+		o["completed_at"] = j.CompletedAt.Unix()
+	}
+	if j.Error != "" {
+		o["error"] = map[string]string{"message": j.Error}
+	}
+	if j.Status == batch.Completed {
+		data := make([]embeddingObject, len(j.Vectors))
+		for i, v := range j.Vectors {
+			data[i] = embeddingObject{Object: "embedding", Index: i, Embedding: v}
+			if b64 {
+				data[i].Embedding = encodeFloats(v)
+			}
+		}
+		o["data"] = data
+		o["usage"] = map[string]int{"prompt_tokens": j.Tokens, "total_tokens": j.Tokens}
+	}
+	return o
+}

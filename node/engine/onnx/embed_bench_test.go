@@ -1,0 +1,112 @@
+package onnx
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// Settings of BenchmarkEmbeddingsBatcher: the batched side; the other side
+// is MaxBatch 1. Both sides use the same session threads.
+const (
+	benchConcurrency = 16
+	benchMaxBatch    = 32
+	benchMaxWait     = 2 * time.Millisecond
+)
+
+// loadStats summarises one closed-loop load run.
+type loadStats struct {
+	reqPerSec float64
+	p50, p99  time.Duration
+}
+
+// driveLoad sends n single-text Embed calls from conc goroutines, each
+// sending its next call as soon as the previous one returns.
+func driveLoad(b *testing.B, e engine.Embedder, n, conc int, texts []string) loadStats {
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				_, err := e.Embed(context.Background(), engine.EmbedRequest{Texts: []string{texts[i%len(texts)]}})
+				lat[i] = time.Since(t0)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration { return lat[min(n-1, int(p*float64(n)))] }
+	return loadStats{reqPerSec: float64(n) / elapsed.Seconds(), p50: pct(0.50), p99: pct(0.99)}
+}
+
+// BenchmarkEmbeddingsBatcher serves the same closed-loop load (16 callers,
+// one text per call) with the dynamic batcher (MaxBatch 32, MaxWait 2ms) and
+// with MaxBatch 1 (no batching) in the same run, and reports both sides and
+// the ratios x_throughput = batched req/s / batch-1 req/s and x_p99 =
+// batched p99 / batch-1 p99 (lower is better). Sub-benchmarks cover short
+// queries (3 to 9 words) and sentences (3 to 43 words), each with ONNX
+// Runtime's default intra-op threads (one run at a time on a pool of one
+// thread per core) and with one thread per run (one run per core at once),
+// on two model shapes: "minilm" (the all-MiniLM-L6-v2 architecture, the
+// size class real embedding models have) and "tiny" (the fast test model,
+// where a session run is so cheap that only its fixed cost can be batched).
+// Run with a fixed count for steady numbers:
+//
+//	go test -run '^$' -bench EmbeddingsBatcher -benchtime 4000x ./node/engine/onnx
+func BenchmarkEmbeddingsBatcher(b *testing.B) {
+	for _, shape := range []string{"minilm", "tiny"} {
+		dir := genBERT(b, shape)
+		for _, load := range []struct {
+			name   string
+			spread int
+		}{{"queries", 6}, {"sentences", 40}} {
+			texts := testTexts(512, load.spread)
+			for _, threads := range []int{0, 1} {
+				b.Run(fmt.Sprintf("%s/%s/threads=%d", shape, load.name, threads), func(b *testing.B) {
+					benchmarkBatcher(b, dir, texts, threads)
+				})
+			}
+		}
+	}
+}
+
+func benchmarkBatcher(b *testing.B, dir string, texts []string, threads int) {
+	base := loadTinyBERT(b, testRuntime(b, Config{MaxBatch: 1, IntraOpThreads: threads}), dir, nil)
+	batched := loadTinyBERT(b, testRuntime(b, Config{
+		MaxBatch: benchMaxBatch, MaxWaitMicros: int(benchMaxWait / time.Microsecond), IntraOpThreads: threads,
+	}), dir, nil)
+	for _, e := range []engine.Embedder{base, batched} { // warm up both sessions
+		driveLoad(b, e, 4*benchConcurrency, benchConcurrency, texts)
+	}
+	b.ResetTimer()
+	one := driveLoad(b, base, b.N, benchConcurrency, texts)
+	many := driveLoad(b, batched, b.N, benchConcurrency, texts)
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(one.reqPerSec, "batch1_req/s")
+	b.ReportMetric(many.reqPerSec, "batched_req/s")
+	b.ReportMetric(ms(one.p50), "batch1_p50_ms")
+	b.ReportMetric(ms(many.p50), "batched_p50_ms")
+	b.ReportMetric(ms(one.p99), "batch1_p99_ms")
+	b.ReportMetric(ms(many.p99), "batched_p99_ms")
+	b.ReportMetric(many.reqPerSec/one.reqPerSec, "x_throughput")
+	b.ReportMetric(ms(many.p99)/ms(one.p99), "x_p99")
+}
