@@ -1,0 +1,193 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultVoters            = 3
+	DefaultReapTimeout       = 5 * time.Minute
+	DefaultReconcileInterval = 30 * time.Second
+	DefaultApplyTimeout      = 10 * time.Second
+	DefaultLeaderWait        = 3 * time.Second
+	DefaultSnapshotRetain    = 2
+)
+
+// Clock tells the time. Consensus reads it only to stamp commands on the
+// leader and to time membership reaping; the state machine never reads it.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+// Now reads the system clock.
+func (systemClock) Now() time.Time { return time.Now() }
+
+// MemberStatus is what the node's membership layer says about a peer.
+type MemberStatus int
+
+// Member statuses. A suspect peer is reported as alive.
+const (
+	MemberAlive MemberStatus = iota
+	MemberFailed
+	MemberLeft
+)
+
+// String names the status.
+func (s MemberStatus) String() string {
+	switch s {
+	case MemberAlive:
+		return "alive"
+	case MemberFailed:
+		return "failed"
+	case MemberLeft:
+		return "left"
+	}
+	return fmt.Sprintf("status(%d)", int(s))
+}
+
+// Member is one node as the membership layer sees it.
+type Member struct {
+	// ID is the node id, also the raft ServerID.
+	ID string
+	// RPCAddr is the node's advertised internal RPC address (raft + Connect).
+	RPCAddr string
+	// Status is alive, failed or left.
+	Status MemberStatus
+}
+
+// MemberSource is the full membership view the leader's periodic reconcile
+// pass compares raft's configuration with. The node implements it over the
+// mesh; consensus only calls it.
+type MemberSource interface {
+	Members() []Member
+}
+
+// Config configures one consensus node. NodeID, AdvertiseAddr, DataDir and
+// RaftListener are required.
+type Config struct {
+	// NodeID is the node id: raft ServerID, memberlist name, X-Service-Backend.
+	NodeID string
+	// AdvertiseAddr is the internal RPC address peers dial (host:port); it
+	// is this node's raft address.
+	AdvertiseAddr string
+	// DataDir holds raft/raft.db (log and stable store) and raft/snapshots.
+	DataDir string
+	// RaftListener yields inbound raft connections, normally
+	// rpcmux.Mux.Raft(). Raft closes it on shutdown.
+	RaftListener net.Listener
+	// DialRaft opens an outbound raft connection; nil uses rpcmux.DialRaft.
+	DialRaft func(addr string, timeout time.Duration) (net.Conn, error)
+	// HTTPClient carries forwarded Apply calls; nil uses rpcmux.NewClient.
+	HTTPClient *http.Client
+
+	// Join is true when the node was started with join addresses. A joining
+	// node never bootstraps; the leader adds it when the mesh reports it.
+	Join bool
+	// Voters is the target number of voters, 3 or 5 (default 3). A single
+	// bootstrapped node is a voter regardless.
+	Voters int
+	// ReapTimeout is how long a failed server stays in the raft
+	// configuration before the leader removes it (default 5m).
+	ReapTimeout time.Duration
+	// ReconcileInterval is the period of the leader's full membership pass
+	// (default 30s).
+	ReconcileInterval time.Duration
+	// Members is the membership view for the periodic pass; nil limits
+	// reconcile to what MemberJoined/Failed/Left reported.
+	Members MemberSource
+
+	// ClusterSecret authenticates node-to-node calls. When empty every
+	// forwarded call is refused, so a multi-node cluster needs it set.
+	ClusterSecret string
+
+	// ApplyTimeout bounds one raft Apply on the leader (default 10s).
+	ApplyTimeout time.Duration
+	// LeaderWait is how long Apply on a follower keeps looking for a
+	// reachable leader before it returns ErrNoLeader (default 3s).
+	LeaderWait time.Duration
+
+	// Raft timers; zero keeps hashicorp/raft's defaults. Tests use small ones.
+	HeartbeatTimeout   time.Duration // raft HeartbeatTimeout
+	ElectionTimeout    time.Duration // raft ElectionTimeout
+	LeaderLeaseTimeout time.Duration // raft LeaderLeaseTimeout
+	CommitTimeout      time.Duration // raft CommitTimeout
+	// SnapshotInterval and SnapshotThreshold control automatic snapshots;
+	// zero keeps raft's defaults (120s, 8192 entries).
+	SnapshotInterval  time.Duration // raft SnapshotInterval
+	SnapshotThreshold uint64        // raft SnapshotThreshold
+	// TrailingLogs is how many entries stay in the log after a snapshot;
+	// zero keeps raft's default (10240).
+	TrailingLogs uint64
+	// SnapshotRetain is how many snapshots stay on disk (default 2).
+	SnapshotRetain int
+
+	// OnFatal is called once, on its own goroutine, when the state machine
+	// meets a log entry it must not skip (an unknown, non-ignorable command
+	// or an undecodable entry). The state machine has stopped applying; the
+	// node must shut down. Nil only logs.
+	OnFatal func(error)
+
+	// Logger receives consensus and raft logs; nil discards.
+	Logger *slog.Logger
+	// Registerer receives this node's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Clock stamps commands and times reaping; nil uses the system clock.
+	Clock Clock
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.NodeID == "" {
+		return cfg, errors.New("consensus: NodeID is required")
+	}
+	if cfg.AdvertiseAddr == "" {
+		return cfg, errors.New("consensus: AdvertiseAddr is required")
+	}
+	if _, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err != nil {
+		return cfg, fmt.Errorf("consensus: AdvertiseAddr: %w", err)
+	}
+	if cfg.DataDir == "" {
+		return cfg, errors.New("consensus: DataDir is required")
+	}
+	if cfg.RaftListener == nil {
+		return cfg, errors.New("consensus: RaftListener is required")
+	}
+	if cfg.Voters == 0 {
+		cfg.Voters = DefaultVoters
+	}
+	if cfg.Voters != 3 && cfg.Voters != 5 {
+		return cfg, fmt.Errorf("consensus: Voters must be 3 or 5, got %d", cfg.Voters)
+	}
+	if cfg.ReapTimeout <= 0 {
+		cfg.ReapTimeout = DefaultReapTimeout
+	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = DefaultReconcileInterval
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = DefaultApplyTimeout
+	}
+	if cfg.LeaderWait <= 0 {
+		cfg.LeaderWait = DefaultLeaderWait
+	}
+	if cfg.SnapshotRetain <= 0 {
+		cfg.SnapshotRetain = DefaultSnapshotRetain
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	return cfg, nil
+}

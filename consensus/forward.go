@@ -1,0 +1,159 @@
+package consensus
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/infermesh/infermesh/consensus/rpcmux"
+	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
+	"github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1/consensusv1connect"
+)
+
+// SecretHeader carries the cluster secret on node-to-node calls.
+const SecretHeader = "X-Infermesh-Cluster-Secret"
+
+// maxMessageBytes bounds ConsensusService messages.
+const maxMessageBytes = 8 << 20
+
+// forwarder keeps one Connect client per leader address.
+type forwarder struct {
+	httpClient *http.Client
+	ownsClient bool
+	secret     string
+	timeout    time.Duration
+
+	mu      sync.Mutex
+	clients map[string]consensusv1connect.ConsensusServiceClient
+}
+
+func newForwarder(cfg Config) *forwarder {
+	f := &forwarder{
+		httpClient: cfg.HTTPClient,
+		secret:     cfg.ClusterSecret,
+		timeout:    cfg.ApplyTimeout + 2*time.Second,
+		clients:    map[string]consensusv1connect.ConsensusServiceClient{},
+	}
+	if f.httpClient == nil {
+		f.httpClient, f.ownsClient = rpcmux.NewClient(2*time.Second), true
+	}
+	return f
+}
+
+func (f *forwarder) client(addr string) consensusv1connect.ConsensusServiceClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.clients[addr]
+	if c == nil {
+		c = consensusv1connect.NewConsensusServiceClient(f.httpClient, "http://"+addr,
+			connect.WithReadMaxBytes(maxMessageBytes), connect.WithSendMaxBytes(maxMessageBytes))
+		f.clients[addr] = c
+	}
+	return c
+}
+
+func (f *forwarder) close() {
+	if f.ownsClient {
+		f.httpClient.CloseIdleConnections()
+	}
+}
+
+// forward sends cmd to the leader, found by id in the member table (its
+// advertised RPC address) or else by its raft address.
+func (n *Node) forward(ctx context.Context, leaderID string, cmd *Command) (*pb.ApplyResult, error) {
+	addr := ""
+	if e, ok := n.members.get(leaderID); ok {
+		addr = e.addr
+	}
+	if addr == "" {
+		raftAddr, id := n.raft.LeaderWithID()
+		if string(id) != leaderID || raftAddr == "" {
+			return nil, fmt.Errorf("%w: no address for leader %s", errNotApplied, leaderID)
+		}
+		addr = string(raftAddr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.fwd.timeout)
+	defer cancel()
+	req := connect.NewRequest(&pb.ApplyRequest{Command: cmd, OriginNodeId: n.cfg.NodeID})
+	req.Header().Set(SecretHeader, n.fwd.secret)
+	resp, err := n.fwd.client(addr).Apply(ctx, req)
+	if err == nil {
+		return resp.Msg.GetResult(), nil
+	}
+	var op *net.OpError
+	switch code := connect.CodeOf(err); {
+	case code == connect.CodeFailedPrecondition:
+		// The callee is not (or no longer) the leader; nothing was appended.
+		return nil, fmt.Errorf("%w: %s: %w", errNotApplied, leaderID, err)
+	case errors.As(err, &op) && op.Op == "dial":
+		return nil, fmt.Errorf("%w: %s: %w", errNotApplied, leaderID, err)
+	case code == connect.CodeUnauthenticated:
+		return nil, fmt.Errorf("%w: leader %s refused the cluster secret: %w", ErrNoLeader, leaderID, err)
+	case code == connect.CodeInvalidArgument:
+		return nil, fmt.Errorf("%w: leader %s: %w", ErrInvalidCommand, leaderID, err)
+	case code == connect.CodeAborted:
+		return nil, fmt.Errorf("%w: leader %s: %w", ErrHalted, leaderID, err)
+	}
+	return nil, outcomeUnknown(fmt.Errorf("forward to %s: %w", leaderID, err))
+}
+
+// Handler returns the ConsensusService path and handler, to be mounted on
+// the HTTP side of the internal RPC port (rpcmux.NewServer). Calls without
+// the cluster secret in SecretHeader are refused with UNAUTHENTICATED.
+func (n *Node) Handler() (string, http.Handler) {
+	return consensusv1connect.NewConsensusServiceHandler(&service{n: n},
+		connect.WithInterceptors(secretInterceptor(n.cfg.ClusterSecret)),
+		connect.WithReadMaxBytes(maxMessageBytes), connect.WithSendMaxBytes(maxMessageBytes))
+}
+
+// secretInterceptor checks SecretHeader in constant time. An empty
+// configured secret refuses every call.
+func secretInterceptor(secret string) connect.UnaryInterceptorFunc {
+	want := sha256.Sum256([]byte(secret))
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			got := sha256.Sum256([]byte(req.Header().Get(SecretHeader)))
+			if secret == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("cluster secret required"))
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+type service struct {
+	n *Node
+}
+
+// Apply serves forwarded commands on the leader.
+func (s *service) Apply(ctx context.Context, req *connect.Request[pb.ApplyRequest]) (*connect.Response[pb.ApplyResponse], error) {
+	cmd := req.Msg.GetCommand()
+	if err := checkCommand(cmd); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if !s.n.IsLeader() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not the leader"))
+	}
+	start := time.Now()
+	res, err := s.n.applyLocal(ctx, cmd)
+	switch {
+	case err == nil:
+		s.n.metrics.applySeconds.WithLabelValues("served").Observe(time.Since(start).Seconds())
+		return connect.NewResponse(&pb.ApplyResponse{Result: res}), nil
+	case errors.Is(err, errNotApplied):
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, ErrHalted):
+		return nil, connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, ErrInvalidCommand):
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil, connect.NewError(connect.CodeUnavailable, err)
+}

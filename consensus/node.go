@@ -1,0 +1,273 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/infermesh/infermesh/consensus/rpcmux"
+)
+
+// Node is one member of the raft group: it owns the raft instance, its
+// stores under Config.DataDir, the state machine, leader forwarding and, while
+// it leads, the membership reconcile loop.
+type Node struct {
+	cfg     Config
+	logger  *slog.Logger
+	raft    *raft.Raft
+	fsm     *fsm
+	store   *raftboltdb.BoltStore
+	members *memberTable
+	metrics *metrics
+	fwd     *forwarder
+
+	reconcileCh chan struct{}
+	shutdownCh  chan struct{}
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
+	closeErr    error
+}
+
+// New opens (or creates) the raft state under cfg.DataDir and starts the
+// node. A node with no raft state that is not joining bootstraps a
+// one-voter cluster of itself; a joining node waits for the leader to add
+// it. The node's ConsensusService must be served (see Handler) on the HTTP
+// side of the same RPC port for followers to reach it.
+func New(c Config) (*Node, error) {
+	cfg, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger.With("node", cfg.NodeID)
+	dir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("consensus: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("consensus: open raft store: %w", err)
+	}
+	n := &Node{
+		cfg:         cfg,
+		logger:      logger,
+		store:       store,
+		members:     newMemberTable(cfg.Clock),
+		reconcileCh: make(chan struct{}, 1),
+		shutdownCh:  make(chan struct{}),
+	}
+	fail := func(err error) (*Node, error) {
+		_ = store.Close()
+		return nil, err
+	}
+	n.members.set(cfg.NodeID, cfg.AdvertiseAddr, MemberAlive)
+	n.fsm = newFSM(logger, cfg.OnFatal)
+	if n.metrics, err = newMetrics(cfg.Registerer, n); err != nil {
+		return fail(fmt.Errorf("consensus: metrics: %w", err))
+	}
+	n.fwd = newForwarder(cfg)
+
+	hcl := newHCLog(logger, "raft")
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, cfg.SnapshotRetain, hcl)
+	if err != nil {
+		return fail(fmt.Errorf("consensus: snapshot store: %w", err))
+	}
+	dial := cfg.DialRaft
+	if dial == nil {
+		dial = rpcmux.DialRaft
+	}
+	adv, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
+	if err != nil {
+		return fail(fmt.Errorf("consensus: AdvertiseAddr: %w", err))
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		ServerAddressProvider: n.members,
+		Logger:                hcl,
+		Stream:                &streamLayer{ln: cfg.RaftListener, addr: adv, dial: dial},
+		MaxPool:               3,
+		Timeout:               10 * time.Second,
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hcl
+	setIf(&rc.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	setIf(&rc.ElectionTimeout, cfg.ElectionTimeout)
+	setIf(&rc.LeaderLeaseTimeout, cfg.LeaderLeaseTimeout)
+	setIf(&rc.CommitTimeout, cfg.CommitTimeout)
+	setIf(&rc.SnapshotInterval, cfg.SnapshotInterval)
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	if err := raft.ValidateConfig(rc); err != nil {
+		_ = trans.Close()
+		return fail(fmt.Errorf("consensus: raft config: %w", err))
+	}
+
+	has, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		_ = trans.Close()
+		return fail(fmt.Errorf("consensus: read raft state: %w", err))
+	}
+	if !has && !cfg.Join {
+		logger.Info("bootstrapping a one-voter raft cluster")
+		boot := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(cfg.AdvertiseAddr),
+		}}}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
+			_ = trans.Close()
+			return fail(fmt.Errorf("consensus: bootstrap: %w", err))
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, store, store, snaps, trans)
+	if err != nil {
+		_ = trans.Close()
+		return fail(fmt.Errorf("consensus: start raft: %w", err))
+	}
+	n.raft = r
+	n.wg.Add(1)
+	go n.watchLeadership()
+	logger.Info("consensus started", "addr", cfg.AdvertiseAddr, "existing_state", has, "join", cfg.Join)
+	return n, nil
+}
+
+func setIf(dst *time.Duration, v time.Duration) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+// State is a read-only view of this node's copy of the replicated state.
+func (n *Node) State() View { return View{f: n.fsm} }
+
+// ID is the node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// IsLeader reports whether this node is the raft leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the id of the leader this node knows of, or "".
+func (n *Node) Leader() string {
+	_, id := n.raft.LeaderWithID()
+	return string(id)
+}
+
+// Server is one entry of the raft configuration.
+type Server struct {
+	ID string // node id
+	// Address is where the server is dialled: the address the membership
+	// layer last reported for it, else the one in the raft configuration.
+	Address string
+	Voter   bool // voter rather than non-voter
+	Leader  bool // the leader as this node knows it
+}
+
+// Servers lists the raft configuration as this node knows it, sorted by id.
+func (n *Node) Servers() ([]Server, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	leader := n.Leader()
+	var out []Server
+	for _, s := range f.Configuration().Servers {
+		addr := string(s.Address)
+		if a, err := n.members.ServerAddr(s.ID); err == nil {
+			addr = string(a)
+		}
+		out = append(out, Server{ID: string(s.ID), Address: addr, Voter: s.Suffrage == raft.Voter, Leader: string(s.ID) == leader})
+	}
+	sortServers(out)
+	return out, nil
+}
+
+// WaitForLeader blocks until this node knows a leader or ctx ends.
+func (n *Node) WaitForLeader(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for n.Leader() == "" {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Snapshot takes a raft snapshot now (raft also takes them on its own).
+func (n *Node) Snapshot() error {
+	err := n.raft.Snapshot().Error()
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown hands leadership to another voter when this node leads (so
+// writes keep flowing while it drains), then closes the node. The caller
+// leaves the mesh afterwards; the new leader then removes this server.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if n.IsLeader() {
+		done := make(chan error, 1)
+		go func() { done <- n.raft.LeadershipTransfer().Error() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				n.logger.Warn("leadership transfer failed", "err", err)
+			}
+		case <-ctx.Done():
+		}
+	}
+	return n.Close()
+}
+
+// Close stops raft and closes the stores. It does not change the raft
+// configuration, so the node comes back as the same server when restarted
+// from its data directory.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.shutdownCh)
+		n.closeErr = n.raft.Shutdown().Error()
+		n.wg.Wait()
+		n.fwd.close()
+		if err := n.store.Close(); err != nil && n.closeErr == nil {
+			n.closeErr = err
+		}
+		n.logger.Info("consensus stopped")
+	})
+	return n.closeErr
+}
+
+// streamLayer is raft's view of the shared RPC port: inbound raft
+// connections from the mux, outbound ones announced with the raft byte.
+type streamLayer struct {
+	ln   net.Listener
+	addr net.Addr
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+}
+
+// Accept returns the next inbound raft connection.
+func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
+
+// Close closes the raft side of the mux.
+func (s *streamLayer) Close() error { return s.ln.Close() }
+
+// Addr is the advertised RPC address.
+func (s *streamLayer) Addr() net.Addr { return s.addr }
+
+// Dial opens a raft connection to addr.
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return s.dial(string(addr), timeout)
+}

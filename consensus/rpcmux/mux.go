@@ -1,0 +1,248 @@
+// Package rpcmux shares one internal TCP listener between raft and the
+// node-to-node Connect services (HTTP/2 cleartext).
+//
+// A raft connection starts with the single byte RaftByte, written by
+// DialRaft; every other connection is handed to the HTTP side with its first
+// byte put back. RaftByte is outside printable ASCII, so it can never be the
+// start of an HTTP/1 request line, the HTTP/2 connection preface ("PRI") or a
+// TLS record (0x16).
+package rpcmux
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// RaftByte is the first byte of every raft connection on the shared port.
+const RaftByte byte = 0xA7
+
+// DefaultSniffTimeout bounds how long a new connection may take to send its
+// first byte before the mux drops it.
+const DefaultSniffTimeout = 10 * time.Second
+
+// Mux accepts on one listener and routes each connection to the raft or the
+// HTTP side by its first byte. Create it with New, run Serve, and hand
+// Raft() to consensus and HTTP() to an http.Server (see NewServer).
+type Mux struct {
+	ln     net.Listener
+	logger *slog.Logger
+	sniff  time.Duration
+
+	raft *subListener
+	http *subListener
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+
+	mu       sync.Mutex
+	sniffing map[net.Conn]struct{} // connections whose first byte is awaited
+}
+
+// New returns a mux over ln. A nil logger discards. It does not accept
+// until Serve runs.
+func New(ln net.Listener, logger *slog.Logger) *Mux {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Mux{
+		ln:       ln,
+		logger:   logger,
+		sniff:    DefaultSniffTimeout,
+		closed:   make(chan struct{}),
+		sniffing: map[net.Conn]struct{}{},
+	}
+	m.raft = newSubListener(ln.Addr())
+	m.http = newSubListener(ln.Addr())
+	return m
+}
+
+// Addr is the address of the shared listener.
+func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
+
+// Raft is the listener of raft connections; their RaftByte is consumed.
+func (m *Mux) Raft() net.Listener { return m.raft }
+
+// HTTP is the listener of every other connection, byte-for-byte intact.
+func (m *Mux) HTTP() net.Listener { return m.http }
+
+// Serve accepts until Close; it returns nil after Close and the accept error
+// otherwise.
+func (m *Mux) Serve() error {
+	var backoff time.Duration
+	for {
+		conn, err := m.ln.Accept()
+		if err != nil {
+			select {
+			case <-m.closed:
+				return nil
+			default:
+			}
+			// Retry what net/http's Serve retries (e.g. EMFILE).
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				m.logger.Warn("rpcmux accept", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("rpcmux accept: %w", err)
+		}
+		backoff = 0
+		m.mu.Lock()
+		select {
+		case <-m.closed:
+			m.mu.Unlock()
+			_ = conn.Close()
+			return nil
+		default:
+		}
+		m.sniffing[conn] = struct{}{}
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go m.route(conn)
+	}
+}
+
+func (m *Mux) route(conn net.Conn) {
+	defer m.wg.Done()
+	b, ok := m.sniffFirst(conn)
+	m.mu.Lock()
+	delete(m.sniffing, conn)
+	m.mu.Unlock()
+	if !ok {
+		_ = conn.Close()
+		return
+	}
+	if b == RaftByte {
+		m.raft.deliver(conn, m.closed)
+		return
+	}
+	m.http.deliver(&peekedConn{Conn: conn, first: b, pending: true}, m.closed)
+}
+
+func (m *Mux) sniffFirst(conn net.Conn) (byte, bool) {
+	var b [1]byte
+	if err := conn.SetReadDeadline(time.Now().Add(m.sniff)); err != nil {
+		return 0, false
+	}
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		m.logger.Debug("rpcmux: connection closed before its first byte", "remote", conn.RemoteAddr(), "err", err)
+		return 0, false
+	}
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return 0, false
+	}
+	return b[0], true
+}
+
+// Close stops accepting, closes both sides and waits for connections being
+// sniffed. Connections already handed out are their owners' to close.
+func (m *Mux) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		m.mu.Lock()
+		close(m.closed)
+		for c := range m.sniffing {
+			_ = c.Close()
+		}
+		m.mu.Unlock()
+		err = m.ln.Close()
+		_ = m.raft.Close()
+		_ = m.http.Close()
+		m.wg.Wait()
+	})
+	return err
+}
+
+// DialRaft connects to a mux at addr and announces a raft connection.
+func DialRaft(addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout > 0 {
+		_ = conn.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	if _, err := conn.Write([]byte{RaftByte}); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
+	return conn, nil
+}
+
+// subListener is a net.Listener fed by the mux.
+type subListener struct {
+	addr      net.Addr
+	conns     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newSubListener(addr net.Addr) *subListener {
+	return &subListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *subListener) deliver(conn net.Conn, muxClosed <-chan struct{}) {
+	select {
+	case l.conns <- conn:
+	case <-l.done:
+		_ = conn.Close()
+	case <-muxClosed:
+		_ = conn.Close()
+	}
+}
+
+// Accept waits for the next routed connection.
+func (l *subListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops this side; pending connections are closed by the mux.
+func (l *subListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return nil
+}
+
+// Addr is the shared listener's address.
+func (l *subListener) Addr() net.Addr { return l.addr }
+
+// peekedConn replays the sniffed first byte.
+type peekedConn struct {
+	net.Conn
+	first   byte
+	pending bool
+	mu      sync.Mutex
+}
+
+// Read returns the sniffed byte first, then reads from the connection.
+func (c *peekedConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.pending && len(p) > 0 {
+		c.pending = false
+		c.mu.Unlock()
+		p[0] = c.first
+		if len(p) == 1 {
+			return 1, nil
+		}
+		n, err := c.Conn.Read(p[1:])
+		if err != nil && n == 0 {
+			// The replayed byte is data; report the error on the next call.
+			return 1, nil
+		}
+		return n + 1, err
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(p)
+}
