@@ -1,0 +1,372 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	forwardv1 "github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1"
+	"github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1/forwardv1connect"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// NodeID is this node's id; it goes out as the origin of every request.
+	NodeID string
+	// ClusterSecret is presented on every call.
+	ClusterSecret string
+	// DialTimeout bounds connecting to a peer. Default 2s.
+	DialTimeout time.Duration
+	// IdleConnTimeout closes pooled connections idle this long. Default 90s.
+	IdleConnTimeout time.Duration
+	// PingAfter sends an HTTP/2 ping (H2C only) on a connection that has
+	// received nothing for this long, and PingTimeout closes it if the ping
+	// is not answered; together they notice peers that vanished without
+	// closing connections. Defaults 10s and 5s.
+	PingAfter, PingTimeout time.Duration
+	// MaxResponseBytes bounds one response message. Default 16 MiB.
+	MaxResponseBytes int
+	// H2C makes calls over HTTP/2 without TLS (prior knowledge) on a few
+	// multiplexed connections per peer instead of pooled HTTP/1.1
+	// keep-alive connections. HTTP/1.1 is the default because it measured
+	// about half the per-call latency on loopback (see mesh/DESIGN.md);
+	// the server speaks both.
+	H2C bool
+	// MaxIdleConnsPerPeer bounds idle HTTP/1.1 connections kept per peer.
+	// It should cover the usual concurrency towards one peer, or
+	// connections churn. Default 512.
+	MaxIdleConnsPerPeer int
+}
+
+// Client forwards requests to peers. It keeps one http.Client whose
+// transport pools connections per peer address, and one Connect client per
+// address; it is safe for concurrent use.
+type Client struct {
+	cfg  ClientConfig
+	log  *slog.Logger
+	http *http.Client
+	tr   *http.Transport
+	met  *clientMetrics
+
+	mu    sync.RWMutex
+	peers map[string]forwardv1connect.ForwardServiceClient
+}
+
+// NewClient builds a Client.
+func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+	if cfg.ClusterSecret == "" {
+		return nil, errors.New("forward: a cluster secret is required to forward requests")
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = 90 * time.Second
+	}
+	if cfg.PingAfter <= 0 {
+		cfg.PingAfter = 10 * time.Second
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 5 * time.Second
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = 16 << 20
+	}
+	if cfg.MaxIdleConnsPerPeer <= 0 {
+		cfg.MaxIdleConnsPerPeer = 512
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	met, err := newClientMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	tr := newTransport(cfg)
+	return &Client{
+		cfg:   cfg,
+		log:   logger.With("component", "forward", "node", cfg.NodeID),
+		http:  &http.Client{Transport: memBody{tr}},
+		tr:    tr,
+		met:   met,
+		peers: map[string]forwardv1connect.ForwardServiceClient{},
+	}, nil
+}
+
+// newTransport returns the transport for node-to-node calls: pooled
+// HTTP/1.1 keep-alive connections, or HTTP/2 over cleartext with cfg.H2C.
+func newTransport(cfg ClientConfig) *http.Transport {
+	p := new(http.Protocols)
+	if cfg.H2C {
+		p.SetUnencryptedHTTP2(true)
+	} else {
+		p.SetHTTP1(true)
+	}
+	return &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		Protocols:           p,
+		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerPeer,
+		IdleConnTimeout:     cfg.IdleConnTimeout,
+		DisableCompression:  true,
+		ReadBufferSize:      16 << 10,
+		WriteBufferSize:     16 << 10,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout:               cfg.PingAfter,
+			PingTimeout:                   cfg.PingTimeout,
+			MaxReadFrameSize:              256 << 10,
+			MaxReceiveBufferPerConnection: 4<<20 - 1,
+			MaxReceiveBufferPerStream:     1 << 20,
+		},
+	}
+}
+
+// memBody hands net/http request bodies up to 1 MiB as in-memory readers.
+// Connect passes its own buffer type, for which net/http flushes the
+// headers in a write of their own before the body; with a known in-memory
+// body both leave in one write.
+type memBody struct {
+	rt http.RoundTripper
+}
+
+// RoundTrip reads a small body into memory and sends the request on.
+func (m memBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > 1<<20 {
+		return m.rt.RoundTrip(r)
+	}
+	buf := make([]byte, r.ContentLength)
+	_, err := io.ReadFull(r.Body, buf)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r2 := r.WithContext(r.Context()) // RoundTrip must not modify r
+	r2.Body = io.NopCloser(bytes.NewReader(buf))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	return m.rt.RoundTrip(r2)
+}
+
+// Close drops idle pooled connections.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+func (c *Client) peer(addr string) forwardv1connect.ForwardServiceClient {
+	c.mu.RLock()
+	pc := c.peers[addr]
+	c.mu.RUnlock()
+	if pc != nil {
+		return pc
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pc = c.peers[addr]; pc == nil {
+		pc = forwardv1connect.NewForwardServiceClient(c.http, "http://"+addr, connect.WithReadMaxBytes(c.cfg.MaxResponseBytes),
+			connect.WithAcceptCompression("gzip", nil, nil)) // no gzip between peers
+		c.peers[addr] = pc
+	}
+	return pc
+}
+
+// Forward sends req to the peer at addr (its RPC address) and returns the
+// response stream. Connection errors usually surface from Stream.Head;
+// cancel ctx to abandon the call.
+func (c *Client) Forward(ctx context.Context, addr string, req *Request) (*Stream, error) {
+	msg := &forwardv1.ForwardRequest{
+		Method:       req.Method,
+		Path:         req.Path,
+		Headers:      headersToProto(req.Header),
+		Body:         req.Body,
+		Caller:       callerToProto(req.Caller),
+		HopCount:     MaxHops,
+		RequestId:    req.RequestID,
+		OriginNodeId: c.cfg.NodeID,
+		Host:         req.Host,
+		Model:        req.Model,
+	}
+	if req.OriginNodeID != "" {
+		msg.OriginNodeId = req.OriginNodeID
+	}
+	creq := connect.NewRequest(msg)
+	creq.Header().Set(SecretHeader, c.cfg.ClusterSecret)
+	s, err := c.peer(addr).Forward(ctx, creq)
+	if err != nil {
+		c.met.calls.WithLabelValues(resultOf(err)).Inc()
+		return nil, err
+	}
+	return &Stream{s: s, met: c.met}, nil
+}
+
+// Head is the response status and headers.
+type Head struct {
+	// Status is the HTTP status code.
+	Status int
+	// Header holds the end-to-end response headers.
+	Header http.Header
+	// Flush is set when the serving handler flushed right after the head.
+	Flush bool
+}
+
+// Trailer ends a response.
+type Trailer struct {
+	// Usage is the token usage the serving handler reported.
+	Usage Usage
+	// Err is set when the serving handler failed after the head; the body
+	// is then incomplete.
+	Err string
+}
+
+// ErrProtocol reports a response stream that broke the frame order.
+var ErrProtocol = errors.New("forward: malformed response stream")
+
+// Stream is one forwarded response. Read the head, then body chunks until
+// io.EOF, then the trailer. It is not safe for concurrent use.
+type Stream struct {
+	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse]
+	met     *clientMetrics
+	head    bool
+	whole   *forwardv1.Whole   // a Whole frame whose body is still to be read
+	pending *forwardv1.Trailer // trailer of a Whole frame after its body
+	trailer Trailer
+	ended   bool
+	counted bool
+}
+
+// Head waits for the response head. Errors here mean no response byte was
+// produced: see IsRefused, IsDraining and Retryable.
+func (s *Stream) Head() (Head, error) {
+	if s.head {
+		return Head{}, fmt.Errorf("%w: head read twice", ErrProtocol)
+	}
+	if !s.s.Receive() {
+		err := s.s.Err()
+		if err == nil {
+			err = fmt.Errorf("%w: stream ended before the head", ErrProtocol)
+		}
+		s.count(err)
+		return Head{}, err
+	}
+	msg := s.s.Msg()
+	h := msg.GetHead()
+	if wh := msg.GetWhole(); wh != nil {
+		h = wh.GetHead()
+		s.whole = wh
+	}
+	if h == nil {
+		err := fmt.Errorf("%w: first frame is not a head", ErrProtocol)
+		s.count(err)
+		return Head{}, err
+	}
+	s.head = true
+	return Head{Status: int(h.GetStatus()), Header: headersFromProto(h.GetHeaders()), Flush: h.GetFlush()}, nil
+}
+
+// Next returns the next body chunk, or io.EOF after the trailer (see
+// Trailer). flush is set when the serving handler flushed after these bytes
+// (data may then be empty): pass the flush on to the client. Any error other
+// than io.EOF means the body is incomplete.
+func (s *Stream) Next() (data []byte, flush bool, err error) {
+	if s.ended {
+		return nil, false, io.EOF
+	}
+	if !s.head {
+		return nil, false, fmt.Errorf("%w: body read before the head", ErrProtocol)
+	}
+	if wh := s.whole; wh != nil {
+		s.whole = nil
+		if len(wh.GetBody()) > 0 {
+			s.pending = wh.GetTrailer()
+			return wh.GetBody(), false, nil
+		}
+		return nil, false, s.end(wh.GetTrailer())
+	}
+	if t := s.pending; t != nil {
+		s.pending = nil
+		return nil, false, s.end(t)
+	}
+	for s.s.Receive() {
+		switch f := s.s.Msg().GetFrame().(type) {
+		case *forwardv1.ForwardResponse_Chunk:
+			if d := f.Chunk.GetData(); len(d) > 0 || f.Chunk.GetFlush() {
+				return d, f.Chunk.GetFlush(), nil
+			}
+		case *forwardv1.ForwardResponse_Trailer:
+			return nil, false, s.end(f.Trailer)
+		default:
+			err := fmt.Errorf("%w: unexpected frame %T", ErrProtocol, f)
+			s.count(err)
+			return nil, false, err
+		}
+	}
+	err = s.s.Err()
+	if err == nil {
+		err = fmt.Errorf("%w: stream ended without a trailer", ErrProtocol)
+	}
+	s.count(err)
+	return nil, false, err
+}
+
+// end records the trailer and reads Connect's end of stream, so the
+// connection is clean and goes back to the pool; nothing may follow the
+// trailer. It returns io.EOF on success.
+func (s *Stream) end(t *forwardv1.Trailer) error {
+	s.ended = true
+	if s.s.Receive() {
+		err := fmt.Errorf("%w: frame after the trailer", ErrProtocol)
+		s.count(err)
+		return err
+	}
+	if err := s.s.Err(); err != nil {
+		s.count(err)
+		return err
+	}
+	u := t.GetUsage()
+	s.trailer = Trailer{Usage: Usage{PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens()}, Err: t.GetError()}
+	s.count(nil)
+	return io.EOF
+}
+
+// Trailer returns the trailer once Next has returned io.EOF.
+func (s *Stream) Trailer() Trailer { return s.trailer }
+
+// Close releases the stream; call it when done, also after errors. A
+// stream closed before its end counts as abandoned in the metrics.
+func (s *Stream) Close() error {
+	if !s.counted {
+		s.counted = true
+		s.met.calls.WithLabelValues("abandoned").Inc()
+	}
+	return s.s.Close()
+}
+
+func (s *Stream) count(err error) {
+	if s.counted {
+		return
+	}
+	s.counted = true
+	s.met.calls.WithLabelValues(resultOf(err)).Inc()
+}
+
+type clientMetrics struct {
+	calls *prometheus.CounterVec
+}
+
+func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
+	m := &clientMetrics{calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "infermesh", Subsystem: "forward", Name: "client_calls_total",
+		Help: "Forward calls made to peers, by result (ok, refused, draining, unavailable, error, abandoned).",
+	}, []string{"result"})}
+	if reg != nil {
+		if err := reg.Register(m.calls); err != nil {
+			return nil, fmt.Errorf("forward: metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,62 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"io"
+	"syscall"
+
+	"connectrpc.com/connect"
+)
+
+// IsRefused reports whether err means the peer refused the connection
+// (nothing listens there): the caller should eject the peer from routing.
+func IsRefused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// IsDraining reports whether the peer refused the call because it drains.
+func IsDraining(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && ce.Meta().Get(RefusalHeader) == "draining"
+}
+
+// IsUnauthenticated reports whether the peer rejected the cluster secret.
+func IsUnauthenticated(err error) bool {
+	return connect.CodeOf(err) == connect.CodeUnauthenticated
+}
+
+// Retryable reports whether a failure that happened before the response
+// head is safe to retry on another peer: connection refused or reset, the
+// peer unavailable or draining, overloaded, or rejecting this node's cluster
+// secret (a misconfigured peer). Failures of the caller's own context are
+// not retryable.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
+		return false
+	case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted, connect.CodeUnauthenticated:
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// resultOf names an outcome for metrics.
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case IsRefused(err):
+		return "refused"
+	case IsDraining(err):
+		return "draining"
+	case connect.CodeOf(err) == connect.CodeUnavailable:
+		return "unavailable"
+	default:
+		return "error"
+	}
+}

@@ -1,0 +1,281 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	forwardv1 "github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1"
+	"github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1/forwardv1connect"
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// NodeID is this node's id, for logs.
+	NodeID string
+	// ClusterSecret is the shared secret every caller must present.
+	// Required: a node never serves forwarded work without one.
+	ClusterSecret string
+	// ChunkSize is the largest body chunk sent in one message; the writer
+	// also sends a chunk whenever the handler flushes. Default 32 KiB.
+	ChunkSize int
+	// MaxRequestBytes bounds an incoming ForwardRequest. Default 64 MiB.
+	MaxRequestBytes int
+}
+
+// Server serves ForwardService: it replays forwarded requests into the
+// local-only handler it was built with and streams the responses back.
+type Server struct {
+	cfg     ServerConfig
+	log     *slog.Logger
+	local   http.Handler
+	met     *serverMetrics
+	path    string
+	handler http.Handler
+
+	mu       sync.Mutex
+	draining bool
+	inFlight int
+	idle     chan struct{} // closed when inFlight drops to zero
+}
+
+// NewServer returns a Server that replays requests into local. local must
+// be the node's local-only chain: it serves on this node's engines and never
+// authenticates, limits or routes again.
+func NewServer(cfg ServerConfig, local http.Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if cfg.ClusterSecret == "" {
+		return nil, errors.New("forward: a cluster secret is required to serve forwarded requests")
+	}
+	if local == nil {
+		return nil, errors.New("forward: a local handler is required")
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = 32 << 10
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 64 << 20
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	met, err := newServerMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:   cfg,
+		log:   logger.With("component", "forward", "node", cfg.NodeID),
+		local: local,
+		met:   met,
+		idle:  make(chan struct{}),
+	}
+	close(s.idle)
+	path, h := forwardv1connect.NewForwardServiceHandler(&service{s: s},
+		connect.WithInterceptors(newSecretCheck(cfg.ClusterSecret)),
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		// Peers sit on a LAN; gzip costs far more CPU and latency than it
+		// saves there.
+		connect.WithCompression("gzip", nil, nil),
+	)
+	s.path, s.handler = path, gateFlushes(h)
+	return s, nil
+}
+
+// Handler returns the path prefix and handler to mount on the internal RPC
+// mux, e.g. mux.Handle(srv.Handler()). Serve it over h2c (see
+// NewHTTPServer); HTTP/1.1 also works.
+func (s *Server) Handler() (string, http.Handler) { return s.path, s.handler }
+
+// SetDraining switches refusal of new forwarded work on or off. While
+// draining, new calls fail with CodeUnavailable and the refusal header set
+// to "draining", so the caller retries elsewhere; calls in flight finish.
+func (s *Server) SetDraining(on bool) {
+	s.mu.Lock()
+	s.draining = on
+	s.mu.Unlock()
+	s.log.Info("forwarding drain", "draining", on)
+}
+
+// Draining reports whether the server refuses new work.
+func (s *Server) Draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// InFlight returns the number of forwarded requests being served.
+func (s *Server) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}
+
+// Wait blocks until no forwarded request is in flight or ctx ends. Call it
+// after SetDraining(true) to let forwarded streams finish.
+func (s *Server) Wait(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		n, idle := s.inFlight, s.idle
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if s.inFlight == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.inFlight++
+	s.met.inFlight.Inc()
+	return true
+}
+
+func (s *Server) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	s.met.inFlight.Dec()
+	if s.inFlight == 0 {
+		close(s.idle)
+	}
+}
+
+// service implements the generated handler interface, keeping Connect
+// types off the Server's API.
+type service struct {
+	s *Server
+}
+
+// Forward serves one ForwardService.Forward call.
+func (sv *service) Forward(ctx context.Context, req *connect.Request[forwardv1.ForwardRequest], stream *connect.ServerStream[forwardv1.ForwardResponse]) error {
+	s := sv.s
+	start := time.Now()
+	msg := req.Msg
+	if !s.enter() {
+		s.met.calls.WithLabelValues("draining").Inc()
+		err := connect.NewError(connect.CodeUnavailable, errors.New("node is draining"))
+		err.Meta().Set(RefusalHeader, "draining")
+		return err
+	}
+	defer s.exit()
+	if hops := msg.GetHopCount(); hops > MaxHops {
+		s.met.calls.WithLabelValues("hop_limit").Inc()
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hop count %d exceeds the hop limit %d", hops, MaxHops))
+	}
+	r, err := buildRequest(ctx, msg)
+	if err != nil {
+		s.met.calls.WithLabelValues("bad_request").Inc()
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	w := newStreamWriter(stream.Send, flushGateFrom(ctx), s.cfg.ChunkSize)
+	err = w.serve(s.local, r)
+	result := "ok"
+	if err != nil {
+		result = "error"
+		s.log.Warn("forwarded request failed", "request_id", msg.GetRequestId(), "origin", msg.GetOriginNodeId(), "err", err)
+	}
+	s.met.calls.WithLabelValues(result).Inc()
+	s.met.duration.Observe(time.Since(start).Seconds())
+	return err
+}
+
+// buildRequest turns a ForwardRequest into the *http.Request the local
+// handler sees, marked as forwarded through its context.
+func buildRequest(ctx context.Context, m *forwardv1.ForwardRequest) (*http.Request, error) {
+	method := m.GetMethod()
+	if method == "" {
+		method = http.MethodGet
+	}
+	if strings.ContainsAny(method, " \t\r\n/") {
+		return nil, fmt.Errorf("bad method %q", method)
+	}
+	target := m.GetPath()
+	if target == "" || target[0] != '/' {
+		return nil, fmt.Errorf("bad path %q: want an absolute path", target)
+	}
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return nil, fmt.Errorf("bad path %q: %w", target, err)
+	}
+	hops := int(m.GetHopCount())
+	if hops < 1 {
+		hops = 1
+	}
+	ctx = withInfo(ctx, Info{
+		Caller:       callerFromProto(m.GetCaller()),
+		RequestID:    m.GetRequestId(),
+		OriginNodeID: m.GetOriginNodeId(),
+		Model:        m.GetModel(),
+		HopCount:     hops,
+	})
+	body := m.GetBody()
+	var rd io.Reader = http.NoBody
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	r, err := http.NewRequestWithContext(ctx, method, "/", rd)
+	if err != nil {
+		return nil, err
+	}
+	r.URL = u
+	r.RequestURI = target
+	r.Header = headersFromProto(m.GetHeaders())
+	r.Host = m.GetHost()
+	r.RemoteAddr = m.GetCaller().GetClientAddress()
+	return r, nil
+}
+
+type serverMetrics struct {
+	calls    *prometheus.CounterVec
+	inFlight prometheus.Gauge
+	duration prometheus.Histogram
+}
+
+func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
+	m := &serverMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "infermesh", Subsystem: "forward", Name: "server_calls_total",
+			Help: "Forwarded requests received, by result (ok, error, draining, hop_limit, bad_request).",
+		}, []string{"result"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "infermesh", Subsystem: "forward", Name: "server_in_flight",
+			Help: "Forwarded requests being served.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "infermesh", Subsystem: "forward", Name: "server_duration_seconds",
+			Help:    "Time to serve a forwarded request, trailer included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.calls, m.inFlight, m.duration} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("forward: metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

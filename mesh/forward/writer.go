@@ -1,0 +1,235 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	forwardv1 "github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1"
+)
+
+// flushGate wraps the http.ResponseWriter Connect writes the stream to and
+// holds back Connect's flush after every message. The stream writer flushes
+// through it only when the local handler flushed, so a plain response
+// travels as one burst (head, body, trailer) and a streamed one as the
+// handler paces it. The HTTP server flushes the rest when the call ends.
+type flushGate struct {
+	http.ResponseWriter
+}
+
+type gateKey struct{}
+
+// gateFlushes puts a flushGate in front of h.
+func gateFlushes(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The client's own response gets a Date from its node's server;
+		// this internal one needs none.
+		w.Header()["Date"] = nil
+		g := &flushGate{ResponseWriter: w}
+		h.ServeHTTP(g, r.WithContext(context.WithValue(r.Context(), gateKey{}, g)))
+	})
+}
+
+func flushGateFrom(ctx context.Context) *flushGate {
+	g, _ := ctx.Value(gateKey{}).(*flushGate)
+	return g
+}
+
+// Flush is what Connect calls after each message; it is held back.
+func (g *flushGate) Flush() {}
+
+// Unwrap exposes the underlying writer to http.ResponseController.
+func (g *flushGate) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// flushNow really flushes.
+func (g *flushGate) flushNow() error {
+	if g == nil {
+		return nil
+	}
+	return http.NewResponseController(g.ResponseWriter).Flush()
+}
+
+// streamWriter is the http.ResponseWriter the local handler writes to. It
+// turns the handler's output into head, chunk and trailer messages.
+type streamWriter struct {
+	send  func(*forwardv1.ForwardResponse) error
+	gate  *flushGate
+	chunk int
+
+	mu        sync.Mutex
+	header    http.Header
+	status    int                 // 0 until WriteHeader or the first Write
+	head      []*forwardv1.Header // headers captured at WriteHeader
+	headSent  bool
+	buf       []byte
+	unflushed bool  // messages sent since the last flush mark
+	err       error // first send error; later writes fail with it
+	usage     Usage
+	done      bool
+}
+
+func newStreamWriter(send func(*forwardv1.ForwardResponse) error, gate *flushGate, chunk int) *streamWriter {
+	return &streamWriter{send: send, gate: gate, chunk: chunk, header: http.Header{}}
+}
+
+// Header returns the response headers the handler sets.
+func (w *streamWriter) Header() http.Header { return w.header }
+
+// WriteHeader fixes the status and headers. Informational (1xx) statuses
+// are not forwarded; a second call is ignored, as net/http does.
+func (w *streamWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writeHeaderLocked(code)
+}
+
+func (w *streamWriter) writeHeaderLocked(code int) {
+	if w.status != 0 || (code >= 100 && code < 200) {
+		return
+	}
+	if code < 100 || code > 999 {
+		code = http.StatusInternalServerError
+	}
+	w.status = code
+	w.head = headersToProto(w.header) // later header changes are ignored, as in net/http
+}
+
+// Write buffers body bytes and sends a chunk whenever ChunkSize is reached.
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return 0, errors.New("forward: write after the handler returned")
+	}
+	w.writeHeaderLocked(http.StatusOK)
+	if w.err != nil {
+		return 0, w.err
+	}
+	if !bodyAllowed(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	n := len(p)
+	for len(p) > 0 {
+		room := w.chunk - len(w.buf)
+		take := min(room, len(p))
+		w.buf = append(w.buf, p[:take]...)
+		p = p[take:]
+		if len(w.buf) >= w.chunk {
+			if err := w.sendLocked(false); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// Flush sends the head and any buffered body now. It makes SSE work.
+func (w *streamWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush reporting failure (used by http.ResponseController).
+func (w *streamWriter) FlushError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return nil
+	}
+	w.writeHeaderLocked(http.StatusOK)
+	return w.sendLocked(true)
+}
+
+// SetUsage records the request's token usage for the trailer.
+func (w *streamWriter) SetUsage(promptTokens, completionTokens int64) {
+	w.mu.Lock()
+	w.usage = Usage{PromptTokens: promptTokens, CompletionTokens: completionTokens}
+	w.mu.Unlock()
+}
+
+// sendLocked sends the head if it has not gone yet and the buffered body.
+// With flush set, the last message sent carries the flush mark (an empty
+// chunk when only earlier, unmarked chunks are outstanding) and the stream
+// is flushed to the wire.
+func (w *streamWriter) sendLocked(flush bool) error {
+	if w.err != nil {
+		return w.err
+	}
+	if !w.headSent {
+		w.headSent = true
+		w.unflushed = true
+		err := w.send(&forwardv1.ForwardResponse{Frame: &forwardv1.ForwardResponse_Head{Head: &forwardv1.Head{
+			Status:  int32(w.status),
+			Headers: w.head,
+			Flush:   flush && len(w.buf) == 0,
+		}}})
+		if err != nil {
+			w.err = err
+			return err
+		}
+		if flush && len(w.buf) == 0 {
+			w.unflushed = false
+		}
+	}
+	if len(w.buf) > 0 || (flush && w.unflushed) {
+		err := w.send(&forwardv1.ForwardResponse{Frame: &forwardv1.ForwardResponse_Chunk{Chunk: &forwardv1.Chunk{Data: w.buf, Flush: flush}}})
+		w.buf = w.buf[:0] // Send has marshalled the message; the buffer is free
+		w.unflushed = !flush
+		if err != nil {
+			w.err = err
+			return err
+		}
+	}
+	if flush {
+		if err := w.gate.flushNow(); err != nil {
+			w.err = err
+			return err
+		}
+	}
+	return nil
+}
+
+// serve runs the handler and completes the stream: what is left of the
+// head and body, then the trailer. A handler panic before anything was sent
+// fails the call; after the head it ends the stream with the error in the
+// trailer. http.ErrAbortHandler is treated like any other panic.
+func (w *streamWriter) serve(h http.Handler, r *http.Request) (err error) {
+	var failure string
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				failure = fmt.Sprintf("handler panic: %v", p)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	}()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if failure != "" && !w.headSent {
+		return errors.New(failure)
+	}
+	t := &forwardv1.Trailer{Error: failure}
+	if w.usage != (Usage{}) {
+		t.Usage = &forwardv1.Usage{PromptTokens: w.usage.PromptTokens, CompletionTokens: w.usage.CompletionTokens}
+	}
+	if failure == "" {
+		w.writeHeaderLocked(http.StatusOK)
+		if !w.headSent && w.err == nil {
+			// Nothing was sent yet: the whole response goes in one frame.
+			w.headSent = true
+			return w.send(&forwardv1.ForwardResponse{Frame: &forwardv1.ForwardResponse_Whole{Whole: &forwardv1.Whole{
+				Head:    &forwardv1.Head{Status: int32(w.status), Headers: w.head},
+				Body:    w.buf,
+				Trailer: t,
+			}}})
+		}
+		if err := w.sendLocked(false); err != nil {
+			return err
+		}
+	}
+	return w.send(&forwardv1.ForwardResponse{Frame: &forwardv1.ForwardResponse_Trailer{Trailer: t}})
+}
+
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified && (status < 100 || status >= 200)
+}

@@ -1,0 +1,227 @@
+package mesh
+
+import (
+	"sync"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/protobuf/proto"
+
+	meshv1 "github.com/infermesh/infermesh/proto/gen/infermesh/mesh/v1"
+)
+
+// Message kinds, the first byte of every user message and push-pull state.
+const (
+	msgRecord    byte = 1 // a NodeRecord
+	msgRecordSet byte = 2 // a RecordSet (push-pull)
+)
+
+// delegate implements memberlist.Delegate and memberlist.EventDelegate for
+// a Mesh, keeping those methods off the Mesh's own API. memberlist calls
+// them from its own goroutines, sometimes with its locks held: they must
+// not block and must not call back into memberlist.
+type delegate struct {
+	m *Mesh
+}
+
+// recordBroadcast is a record queued for UDP gossip. A newer record of the
+// same node replaces a queued older one (NamedBroadcast).
+type recordBroadcast struct {
+	node string
+	msg  []byte
+}
+
+// Invalidates reports whether o is an older record of the same node.
+func (b *recordBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*recordBroadcast)
+	return ok && ob.node == b.node
+}
+
+// Name identifies the broadcast by node, so a newer record replaces it.
+func (b *recordBroadcast) Name() string { return "record/" + b.node }
+
+// Message returns the encoded record.
+func (b *recordBroadcast) Message() []byte { return b.msg }
+
+// Finished is called when memberlist stops retransmitting; nothing to do.
+func (b *recordBroadcast) Finished() {}
+
+func encodeRecord(r *meshv1.NodeRecord) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		// A NodeRecord has no fields that can fail to encode.
+		panic(err)
+	}
+	return append([]byte{msgRecord}, b...)
+}
+
+// spread sends a record to the other nodes: through memberlist's gossip
+// queue when it fits a UDP packet, else over TCP to every member (push-pull
+// would also deliver it, later).
+func (m *Mesh) spread(r *meshv1.NodeRecord) {
+	msg := encodeRecord(r)
+	if len(msg) <= m.maxCast {
+		m.queue.QueueBroadcast(&recordBroadcast{node: r.GetNodeId(), msg: msg})
+		return
+	}
+	if m.ml == nil {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.sendAll(msg)
+	}()
+}
+
+// sendAll sends msg over TCP to every other member, concurrently, and
+// returns when all sends finished (each is bounded by TCPTimeout).
+func (m *Mesh) sendAll(msg []byte) {
+	var wg sync.WaitGroup
+	for _, n := range m.ml.Members() {
+		if n.Name == m.cfg.NodeID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.ml.SendReliable(n, msg); err != nil {
+				m.log.Debug("reliable record send", "peer", n.Name, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// receive merges one record from gossip; relay says whether an accepted
+// record should be gossiped on (records that arrived by broadcast are
+// relayed once, so they spread even if the owner's retransmits are lost).
+func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
+	if r.GetNodeId() == m.cfg.NodeID {
+		// This node owns its record and never takes it from others. A copy
+		// from a previous life that is not older than the current version
+		// (the clock went back across a restart) would win everywhere, so
+		// move past it.
+		if m.local.adopt(recordVersion(r)) {
+			m.log.Warn("saw a newer record of this node from an earlier run; moving past it")
+			m.publish()
+		}
+		return
+	}
+	m.evMu.Lock()
+	ch := m.table.merge(r)
+	if ch.accepted && ch.significant && ch.isMember {
+		m.emitLocked(Event{Type: EventUpdate, Peer: ch.view})
+	}
+	m.evMu.Unlock()
+	if !ch.accepted {
+		m.met.received.WithLabelValues("stale").Inc()
+		return
+	}
+	m.met.received.WithLabelValues("accepted").Inc()
+	if ch.restored {
+		m.log.Info("peer restored to routing", "peer", r.GetNodeId())
+	}
+	if relay {
+		if msg := encodeRecord(r); len(msg) <= m.maxCast {
+			m.queue.QueueBroadcast(&recordBroadcast{node: r.GetNodeId(), msg: msg})
+		}
+	}
+}
+
+// NodeMeta returns the node's identity; New checked it fits.
+func (d *delegate) NodeMeta(limit int) []byte {
+	if len(d.m.meta) > limit {
+		d.m.log.Error("node meta exceeds memberlist limit", "size", len(d.m.meta), "limit", limit)
+		return nil
+	}
+	return d.m.meta
+}
+
+// NotifyMsg handles a user message (a gossiped or reliably sent record).
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) < 1 || b[0] != msgRecord {
+		d.m.met.received.WithLabelValues("invalid").Inc()
+		return
+	}
+	var r meshv1.NodeRecord
+	if err := proto.Unmarshal(b[1:], &r); err != nil {
+		d.m.met.received.WithLabelValues("invalid").Inc()
+		d.m.log.Debug("bad record message", "err", err)
+		return
+	}
+	d.m.receive(&r, true)
+}
+
+// GetBroadcasts hands queued records to memberlist's gossip.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.m.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState returns every record this node knows of current members, for
+// push-pull; the other side keeps whichever versions are newer.
+func (d *delegate) LocalState(join bool) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&meshv1.RecordSet{Records: d.m.table.records()})
+	if err != nil {
+		d.m.log.Error("encode push-pull state", "err", err)
+		return nil
+	}
+	return append([]byte{msgRecordSet}, b...)
+}
+
+// MergeRemoteState merges the other side's records from a push-pull.
+func (d *delegate) MergeRemoteState(b []byte, join bool) {
+	if len(b) < 1 || b[0] != msgRecordSet {
+		return
+	}
+	var s meshv1.RecordSet
+	if err := proto.Unmarshal(b[1:], &s); err != nil {
+		d.m.log.Debug("bad push-pull state", "err", err)
+		return
+	}
+	for _, r := range s.GetRecords() {
+		d.m.receive(r, false)
+	}
+}
+
+// NotifyJoin records a node memberlist reports alive.
+func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	m := d.m
+	m.evMu.Lock()
+	p := m.table.join(decodeMeta(n.Name, n.Meta), n.Address())
+	m.emitLocked(Event{Type: EventJoin, Peer: p})
+	m.evMu.Unlock()
+	if n.Name != m.cfg.NodeID {
+		m.log.Info("peer joined", "peer", n.Name, "addr", n.Address())
+	}
+	m.membershipChanged()
+}
+
+// NotifyLeave removes a node that left or died.
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	m := d.m
+	// memberlist does not tell NotifyLeave whether the node left or died
+	// (Node.State is not maintained); the node's last record says.
+	typ := EventFailed
+	m.evMu.Lock()
+	p, graceful, ok := m.table.leave(n.Name)
+	if ok {
+		if graceful {
+			typ = EventLeave
+		}
+		m.emitLocked(Event{Type: typ, Peer: p})
+	}
+	m.evMu.Unlock()
+	if ok {
+		m.log.Info("peer gone", "peer", n.Name, "how", typ.String())
+	}
+	m.membershipChanged()
+}
+
+// NotifyUpdate refreshes a node's identity after a metadata change.
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	m := d.m
+	m.evMu.Lock()
+	p := m.table.updateMeta(decodeMeta(n.Name, n.Meta), n.Address())
+	m.emitLocked(Event{Type: EventUpdate, Peer: p})
+	m.evMu.Unlock()
+}

@@ -1,0 +1,289 @@
+package mesh
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/infermesh/infermesh/mesh/route"
+	meshv1 "github.com/infermesh/infermesh/proto/gen/infermesh/mesh/v1"
+)
+
+// version orders the records of one node: epoch first, then sequence.
+type version struct {
+	epoch, seq uint64
+}
+
+func (v version) after(o version) bool {
+	return v.epoch > o.epoch || (v.epoch == o.epoch && v.seq > o.seq)
+}
+
+func recordVersion(r *meshv1.NodeRecord) version {
+	return version{r.GetEpoch(), r.GetSeq()}
+}
+
+// entry is what the table knows about one node.
+type entry struct {
+	member     bool // memberlist reports the node alive (joined, not gone)
+	id         Identity
+	gossipAddr string
+	record     *meshv1.NodeRecord // latest record; nil until one arrives
+	view       route.Peer         // record decoded once, without identity
+	ejected    bool
+	ejectedAt  version   // record version when ejected
+	ejectedOn  time.Time // when ejected, by the table's clock
+}
+
+// table is the peer table: memberlist membership joined with the gossiped
+// records. Readers get an immutable snapshot; writers rebuild it.
+type table struct {
+	self  string
+	clock func() time.Time
+	hold  time.Duration // minimum time an ejection lasts
+
+	mu      sync.Mutex
+	nodes   map[string]*entry
+	tombs   map[string]version // last version seen when a node went away
+	members atomic.Int64
+
+	snap atomic.Pointer[[]route.Peer]
+}
+
+func newTable(self string, clock func() time.Time, hold time.Duration) *table {
+	t := &table{self: self, clock: clock, hold: hold, nodes: map[string]*entry{}, tombs: map[string]version{}}
+	t.rebuild()
+	return t
+}
+
+// change describes what a table update did, for events and metrics.
+type change struct {
+	accepted    bool // the record was newer and stored
+	significant bool // health, models or routing settings changed
+	restored    bool // an ejected node came back
+	view        route.Peer
+	isMember    bool
+}
+
+// snapshot returns the current peer views (members only), sorted by id.
+// The slice is shared; callers must not modify it.
+func (t *table) snapshot() []route.Peer {
+	return *t.snap.Load()
+}
+
+func (t *table) get(id string) *entry {
+	e := t.nodes[id]
+	if e == nil {
+		e = &entry{id: Identity{NodeID: id}}
+		t.nodes[id] = e
+	}
+	return e
+}
+
+// join marks a node as a member (memberlist NotifyJoin).
+func (t *table) join(id Identity, gossipAddr string) route.Peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.get(id.NodeID)
+	if !e.member {
+		t.members.Add(1)
+	}
+	e.member, e.id, e.gossipAddr = true, id, gossipAddr
+	t.rebuild()
+	return t.peerLocked(e)
+}
+
+// updateMeta refreshes a member's identity (memberlist NotifyUpdate).
+func (t *table) updateMeta(id Identity, gossipAddr string) route.Peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.get(id.NodeID)
+	e.id, e.gossipAddr = id, gossipAddr
+	t.rebuild()
+	return t.peerLocked(e)
+}
+
+// leave removes a node (memberlist NotifyLeave: left or dead). Its record is
+// dropped and remembered as a tombstone so that older copies still
+// circulating cannot bring it back; a restarted node has a newer epoch.
+// graceful reports whether the node's last record announced the leave.
+func (t *table) leave(id string) (p route.Peer, graceful, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[id]
+	if !ok || id == t.self {
+		return route.Peer{}, false, false
+	}
+	p = t.peerLocked(e)
+	graceful = e.record.GetLeaving()
+	if e.member {
+		t.members.Add(-1)
+	}
+	if e.record != nil {
+		if v := recordVersion(e.record); v.after(t.tombs[id]) {
+			t.tombs[id] = v
+		}
+	}
+	delete(t.nodes, id)
+	t.rebuild()
+	return p, graceful, true
+}
+
+// merge stores r if it is newer than what the table holds for its node.
+func (t *table) merge(r *meshv1.NodeRecord) change {
+	id := r.GetNodeId()
+	if id == "" {
+		return change{}
+	}
+	v := recordVersion(r)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !v.after(t.tombs[id]) {
+		return change{}
+	}
+	e := t.get(id)
+	if e.record != nil && !v.after(recordVersion(e.record)) {
+		return change{}
+	}
+	view := viewOf(r)
+	ch := change{accepted: true, isMember: e.member}
+	ch.significant = e.record == nil || significantChange(&e.view, &view)
+	e.record, e.view = r, view
+	// A dead node's last records may still be echoing through gossip right
+	// after the ejection; only a newer ready record that arrives after the
+	// hold time restores the node.
+	if e.ejected && v.after(e.ejectedAt) && (view.Health == route.HealthReady || view.Health == route.HealthSaturated) &&
+		t.clock().Sub(e.ejectedOn) >= t.hold {
+		e.ejected = false
+		ch.restored, ch.significant = true, true
+	}
+	t.rebuild()
+	ch.view = t.peerLocked(e)
+	return ch
+}
+
+// eject marks a node as not routable until a newer ready record arrives.
+func (t *table) eject(id string) (route.Peer, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[id]
+	if !ok || id == t.self || e.ejected {
+		return route.Peer{}, false
+	}
+	e.ejected = true
+	e.ejectedOn = t.clock()
+	if e.record != nil {
+		e.ejectedAt = recordVersion(e.record)
+	}
+	t.rebuild()
+	return t.peerLocked(e), true
+}
+
+// records returns the records of current members, for push-pull.
+func (t *table) records() []*meshv1.NodeRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*meshv1.NodeRecord, 0, len(t.nodes))
+	for _, e := range t.nodes {
+		if e.member && e.record != nil {
+			out = append(out, e.record)
+		}
+	}
+	return out
+}
+
+func (t *table) record(id string) *meshv1.NodeRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.nodes[id]; ok {
+		return e.record
+	}
+	return nil
+}
+
+// rebuild publishes a new snapshot of member views. Callers hold mu.
+func (t *table) rebuild() {
+	out := make([]route.Peer, 0, len(t.nodes))
+	for _, e := range t.nodes {
+		if e.member {
+			out = append(out, t.peerLocked(e))
+		}
+	}
+	slices.SortFunc(out, func(a, b route.Peer) int { return strings.Compare(a.ID, b.ID) })
+	t.snap.Store(&out)
+}
+
+func (t *table) peerLocked(e *entry) route.Peer {
+	p := e.view
+	p.ID = e.id.NodeID
+	p.HTTPAddr, p.RPCAddr, p.Version = e.id.HTTPAddr, e.id.RPCAddr, e.id.Version
+	p.GossipAddr = e.gossipAddr
+	p.Self = p.ID == t.self
+	p.Ejected = e.ejected
+	return p
+}
+
+// viewOf decodes a record into the load and model part of a peer view.
+func viewOf(r *meshv1.NodeRecord) route.Peer {
+	p := route.Peer{
+		Health:        healthFromProto(r.GetHealth()),
+		InFlight:      int(r.GetInFlight()),
+		MaxInFlight:   int(r.GetMaxInFlight()),
+		QueueDepth:    int(r.GetQueueDepth()),
+		Weight:        int(r.GetWeight()),
+		Canary:        r.GetCanary(),
+		CanaryPercent: int(r.GetCanaryPercent()),
+		Models:        make(map[string]route.Model, len(r.GetModels())),
+		Updated:       time.UnixMilli(r.GetUpdatedUnixMs()),
+	}
+	for _, m := range r.GetModels() {
+		p.Models[m.GetModel()] = route.Model{Warm: m.GetWarm(), Latency: time.Duration(m.GetLatencyUs()) * time.Microsecond}
+	}
+	return p
+}
+
+// significantChange reports changes other than load (in-flight, queue
+// depth, latency): those are what subscribers hear about as updates.
+func significantChange(a, b *route.Peer) bool {
+	if a.Health != b.Health || a.MaxInFlight != b.MaxInFlight || a.Weight != b.Weight ||
+		a.Canary != b.Canary || a.CanaryPercent != b.CanaryPercent || len(a.Models) != len(b.Models) {
+		return true
+	}
+	for id, m := range a.Models {
+		if n, ok := b.Models[id]; !ok || n.Warm != m.Warm {
+			return true
+		}
+	}
+	return false
+}
+
+func healthFromProto(h meshv1.Health) route.Health {
+	switch h {
+	case meshv1.Health_HEALTH_ALIVE:
+		return route.HealthAlive
+	case meshv1.Health_HEALTH_READY:
+		return route.HealthReady
+	case meshv1.Health_HEALTH_SATURATED:
+		return route.HealthSaturated
+	case meshv1.Health_HEALTH_DRAINING:
+		return route.HealthDraining
+	default:
+		return route.HealthUnknown
+	}
+}
+
+func healthToProto(h route.Health) meshv1.Health {
+	switch h {
+	case route.HealthAlive:
+		return meshv1.Health_HEALTH_ALIVE
+	case route.HealthReady:
+		return meshv1.Health_HEALTH_READY
+	case route.HealthSaturated:
+		return meshv1.Health_HEALTH_SATURATED
+	case route.HealthDraining:
+		return meshv1.Health_HEALTH_DRAINING
+	default:
+		return meshv1.Health_HEALTH_UNSPECIFIED
+	}
+}

@@ -1,0 +1,93 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/infermesh/infermesh/mesh/route"
+	"github.com/infermesh/infermesh/node/dispatch"
+)
+
+func TestParsePolicy(t *testing.T) {
+	p, err := dispatch.ParsePolicy([]byte(`{"strategy":"weighted","nodes":{"n1":{"weight":3},"n2":{"canary":true,"canary_percent":10,"max_in_flight":8}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Strategy != route.Weighted || p.Nodes["n1"].Weight != 3 || !p.Nodes["n2"].Canary || p.Nodes["n2"].CanaryPercent != 10 || p.Nodes["n2"].MaxInFlight != 8 {
+		t.Fatalf("parsed %+v", p)
+	}
+	for _, bad := range []string{
+		`{"strategy":"fastest"}`,
+		`{"nodes":{"n1":{"canary_percent":101}}}`,
+		`{"nodes":{"n1":{"weight":-1}}}`,
+		`{"strategy":"sticky","typo":1}`,
+		`not json`,
+	} {
+		if _, err := dispatch.ParsePolicy([]byte(bad)); err == nil {
+			t.Fatalf("accepted %s", bad)
+		}
+	}
+	s, err := dispatch.NewStaticPolicy(dispatch.Policy{})
+	if err != nil || s.Policy().Strategy != route.RoundRobin {
+		t.Fatalf("default strategy: %+v %v", s.Policy(), err)
+	}
+	if err := s.Set(dispatch.Policy{Strategy: "Least_Connections"}); err != nil || s.Policy().Strategy != route.LeastConnections {
+		t.Fatalf("set: %+v %v", s.Policy(), err)
+	}
+	if err := s.Set(dispatch.Policy{Strategy: "nope"}); err == nil || s.Policy().Strategy != route.LeastConnections {
+		t.Fatal("a bad policy replaced a good one")
+	}
+	path := filepath.Join(t.TempDir(), "policy.json")
+	os.WriteFile(path, []byte(`{"strategy":"sticky"}`), 0o600)
+	f, err := dispatch.LoadPolicyFile(path)
+	if err != nil || f.Policy().Strategy != route.Sticky {
+		t.Fatalf("file: %v", err)
+	}
+}
+
+func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
+	c := start(t, spec{
+		ids:    three,
+		models: map[string][]string{"n2": {"m"}, "n3": {"m"}},
+		policy: dispatch.Policy{Strategy: route.Weighted, Nodes: map[string]dispatch.NodePolicy{"n2": {Weight: 3}, "n3": {Weight: 1}}},
+		engine: echo,
+	})
+	const n = 800
+	counts := map[string]int{}
+	for i := 0; i < n; i++ {
+		resp, _ := c.send(t, "n1", "m", "k", "x")
+		counts[resp.Header.Get(dispatch.BackendHeader)]++
+	}
+	// sd of the share is ~0.015; allow 4 sd.
+	if share := float64(counts["n2"]) / n; math.Abs(share-0.75) > 0.06 {
+		t.Fatalf("weighted 3:1 through the cluster: %v", counts)
+	}
+
+	c2 := start(t, spec{
+		ids:    three,
+		models: map[string][]string{"n1": {"m"}, "n2": {"m"}, "n3": {"m"}},
+		policy: dispatch.Policy{Nodes: map[string]dispatch.NodePolicy{"n3": {Canary: true, CanaryPercent: 30}}},
+		engine: echo,
+	})
+	const callers = 300
+	onCanary := 0
+	for i := 0; i < callers; i++ {
+		key := fmt.Sprint("caller-", i)
+		first, _ := c2.send(t, "n1", "m", key, "x")
+		second, _ := c2.send(t, "n2", "m", key, "x")
+		a, b := first.Header.Get(dispatch.BackendHeader) == "n3", second.Header.Get(dispatch.BackendHeader) == "n3"
+		if a != b {
+			t.Fatalf("caller %s switched sides between requests", key)
+		}
+		if a {
+			onCanary++
+		}
+	}
+	// sd ~0.026; allow 4 sd.
+	if share := float64(onCanary) / callers; math.Abs(share-0.30) > 0.11 {
+		t.Fatalf("canary share %.3f, want ~0.30", share)
+	}
+}

@@ -1,0 +1,107 @@
+package dispatch
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/infermesh/infermesh/mesh/forward"
+	"github.com/infermesh/infermesh/mesh/route"
+)
+
+// tryRemote forwards the request to peer p. It reports not done, with the
+// reason, when the peer failed or answered 502/503/504 (and this is not the
+// last candidate) before anything was written to the client; once the head
+// is written the attempt is done whatever happens.
+func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, body []byte, p *route.Peer, last bool) (Outcome, bool) {
+	c := d.outboundCounter(p.ID)
+	c.Add(1)
+	defer c.Add(-1)
+	req := &forward.Request{
+		Method:    r.Method,
+		Path:      r.URL.RequestURI(),
+		Host:      r.Host,
+		Header:    d.requestHeader(r.Header),
+		Body:      body,
+		Caller:    f.Caller,
+		RequestID: f.RequestID,
+		Model:     f.Model,
+	}
+	s, err := d.fwd.Forward(r.Context(), p.RPCAddr, req)
+	var head forward.Head
+	if err == nil {
+		head, err = s.Head()
+	}
+	if err != nil {
+		if s != nil {
+			s.Close()
+		}
+		if forward.IsRefused(err) {
+			d.peers.Eject(p.ID)
+		}
+		if cerr := r.Context().Err(); cerr != nil {
+			return Outcome{Err: cerr}, false
+		}
+		if forward.Retryable(err) {
+			return Outcome{Err: err}, false
+		}
+		d.log.Warn("peer failed before responding", "peer", p.ID, "request_id", f.RequestID, "err", err)
+		d.cfg.WriteError(w, r, http.StatusBadGateway, "the serving node failed")
+		return Outcome{Status: http.StatusBadGateway, Err: err}, true
+	}
+	defer s.Close()
+	if !last && retryableStatus(head.Status) {
+		return Outcome{Err: fmt.Errorf("%w: %d from %s", errUnavailable, head.Status, p.ID)}, false
+	}
+	dst := w.Header()
+	for k, v := range head.Header {
+		dst[k] = v
+	}
+	dst.Set(BackendHeader, p.ID)
+	w.WriteHeader(head.Status)
+	o := Outcome{Backend: p.ID, Status: head.Status, Forwarded: true}
+	rc := http.NewResponseController(w)
+	if head.Flush {
+		_ = rc.Flush()
+	}
+	for {
+		chunk, flush, err := s.Next()
+		if err == io.EOF {
+			t := s.Trailer()
+			o.Usage = t.Usage
+			if t.Err != "" {
+				o.Err = fmt.Errorf("%w: %s failed mid-response: %s", ErrIncomplete, p.ID, t.Err)
+			}
+			return o, true
+		}
+		if err != nil {
+			o.Err = fmt.Errorf("%w: stream from %s broke: %w", ErrIncomplete, p.ID, err)
+			return o, true
+		}
+		if len(chunk) > 0 {
+			if _, err := w.Write(chunk); err != nil {
+				o.Err = fmt.Errorf("%w: client write: %w", ErrIncomplete, err)
+				return o, true
+			}
+		}
+		// Flush where the serving handler flushed (server-sent events), and
+		// let the HTTP server buffer everything else.
+		if flush {
+			_ = rc.Flush()
+		}
+	}
+}
+
+// requestHeader returns the headers to forward, without the dropped ones.
+func (d *Dispatcher) requestHeader(h http.Header) http.Header {
+	for k := range d.drop {
+		if _, ok := h[k]; ok {
+			out := h.Clone()
+			for k := range d.drop {
+				delete(out, k)
+			}
+			return out
+		}
+	}
+	return h
+}
