@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -39,7 +40,8 @@ type localState struct {
 	seq     uint64
 	health  route.Health
 	routing Routing
-	models  map[string]bool    // installed model -> warm
+	models  map[string]bool // installed model -> warm
+	info    map[string]ModelInfo
 	latency map[string]float64 // model -> moving average in microseconds
 }
 
@@ -48,8 +50,27 @@ func newLocalState(id string, epoch uint64, alpha float64, clock func() time.Tim
 		id: id, epoch: epoch, alpha: alpha, clock: clock,
 		health:  route.HealthAlive,
 		models:  map[string]bool{},
+		info:    map[string]ModelInfo{},
 		latency: map[string]float64{},
 	}
+}
+
+// ModelInfo describes an installed model in the gossiped record.
+type ModelInfo struct {
+	WireID  string
+	Task    string
+	Created int64
+}
+
+// setInfo replaces the model descriptions; it reports whether they changed.
+func (l *localState) setInfo(info map[string]ModelInfo) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if maps.Equal(info, l.info) {
+		return false
+	}
+	l.info = maps.Clone(info)
+	return true
 }
 
 // setHealth reports whether the health changed.
@@ -176,7 +197,9 @@ func (l *localState) next() *meshv1.NodeRecord {
 	}
 	slices.Sort(ids)
 	for _, m := range ids {
-		r.Models = append(r.Models, &meshv1.ModelState{Model: m, Warm: l.models[m], LatencyUs: uint64(math.Round(l.latency[m]))})
+		in := l.info[m]
+		r.Models = append(r.Models, &meshv1.ModelState{Model: m, Warm: l.models[m], LatencyUs: uint64(math.Round(l.latency[m])),
+			WireId: in.WireID, Task: in.Task, CreatedUnix: in.Created})
 	}
 	return r
 }

@@ -207,6 +207,14 @@ func (m *Mesh) SetHealth(h route.Health) {
 // Health returns this node's own serving state.
 func (m *Mesh) Health() route.Health { return m.local.getHealth() }
 
+// SetModelInfo sets the descriptions (wire id, task, install time) that
+// travel with the installed models, and publishes a change at once.
+func (m *Mesh) SetModelInfo(info map[string]ModelInfo) {
+	if m.local.setInfo(info) {
+		m.publish()
+	}
+}
+
 // SetModels sets the installed models and which of them are warm, and
 // publishes the change at once. A warm model need not be listed as
 // installed too.

@@ -238,7 +238,8 @@ func viewOf(r *meshv1.NodeRecord) route.Peer {
 		Updated:       time.UnixMilli(r.GetUpdatedUnixMs()),
 	}
 	for _, m := range r.GetModels() {
-		p.Models[m.GetModel()] = route.Model{Warm: m.GetWarm(), Latency: time.Duration(m.GetLatencyUs()) * time.Microsecond}
+		p.Models[m.GetModel()] = route.Model{Warm: m.GetWarm(), Latency: time.Duration(m.GetLatencyUs()) * time.Microsecond,
+			WireID: m.GetWireId(), Task: m.GetTask(), Created: m.GetCreatedUnix()}
 	}
 	return p
 }

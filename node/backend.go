@@ -1,9 +1,13 @@
 package node
 
 import (
+	"sort"
+	"strings"
+
 	"context"
-	"errors"
 	"fmt"
+
+	"github.com/infermesh/infermesh/mesh/route"
 
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
@@ -20,23 +24,57 @@ func (n *Node) toAPI(m *models.Manifest) api.Model {
 	}
 }
 
-// Models lists the installed models.
+// Models lists the models this node or any routable peer serves.
 func (n *Node) Models() []api.Model {
-	ms := n.store.List()
-	out := make([]api.Model, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, n.toAPI(m))
+	seen := map[string]api.Model{}
+	for _, m := range n.store.List() {
+		seen[m.ID] = n.toAPI(m)
 	}
+	if n.cluster != nil && n.cluster.mesh != nil {
+		for _, p := range n.cluster.mesh.Peers() {
+			if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
+				continue
+			}
+			for id, pm := range p.Models {
+				if cur, ok := seen[id]; ok {
+					cur.Warm = cur.Warm || pm.Warm
+					seen[id] = cur
+					continue
+				}
+				runtime, _, _ := strings.Cut(id, "/")
+				seen[id] = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm}
+			}
+		}
+	}
+	out := make([]api.Model, 0, len(seen))
+	for _, m := range seen {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
-// Model resolves a canonical or wire id.
+// Model resolves a canonical or wire id among the mesh's models.
 func (n *Node) Model(id string) (api.Model, bool) {
-	m, err := n.store.Get(id)
-	if err != nil {
-		return api.Model{}, false
+	if m, err := n.store.Get(id); err == nil {
+		return n.toAPI(m), true
 	}
-	return n.toAPI(m), true
+	for _, m := range n.Models() {
+		if m.ID == id || (m.WireID != "" && m.WireID == id) {
+			return m, true
+		}
+	}
+	return api.Model{}, false
+}
+
+// DefaultModel is the first model (by id) of a task in the mesh.
+func (n *Node) DefaultModel(task string) string {
+	for _, m := range n.Models() {
+		if m.Task == task {
+			return m.ID
+		}
+	}
+	return ""
 }
 
 // Embedder returns the embeddings engine of a model.
@@ -94,15 +132,39 @@ func (n *Node) Status() map[string]any {
 		"version":        n.cfg.Version,
 		"uptime_seconds": int64(n.clock().Sub(n.started).Seconds()),
 		"models":         rows,
-		"peers":          []any{},
+		"peers":          n.peerRows(),
 	}
 }
 
 var _ api.Backend = (*Node)(nil)
 
+// peerRows is the dashboard's and `infermesh members`' view of the mesh.
+func (n *Node) peerRows() []api.Member {
+	if n.cluster == nil || n.cluster.mesh == nil {
+		return nil
+	}
+	var out []api.Member
+	for _, p := range n.cluster.mesh.Peers() {
+		m := api.Member{ID: p.ID, HTTPAddr: p.HTTPAddr, RPCAddr: p.RPCAddr, State: p.Health.String(), Self: p.Self, Ejected: p.Ejected,
+			InFlight: p.InFlight, Cap: p.MaxInFlight, Weight: p.Weight, Canary: p.Canary, CanaryPercent: p.CanaryPercent, Version: p.Version}
+		for id, pm := range p.Models {
+			m.Installed = append(m.Installed, id)
+			if pm.Warm {
+				m.Warm = append(m.Warm, id)
+			}
+		}
+		sort.Strings(m.Installed)
+		sort.Strings(m.Warm)
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Members lists the mesh's nodes.
+func (n *Node) Members() []api.Member { return n.peerRows() }
+
 // errNotFound wraps models.ErrNotFound as the API's sentinel.
 func errNotFound(id string) error {
 	return fmt.Errorf("the model '%s' does not exist or is not installed on this mesh: %w", id, api.ErrModelNotFound)
 }
-
-func isNotFound(err error) bool { return errors.Is(err, models.ErrNotFound) }

@@ -39,6 +39,33 @@ type Config struct {
 	BatchWait time.Duration
 	// DrainTimeout bounds how long in-flight requests may take after SIGTERM.
 	DrainTimeout time.Duration
+	// GossipListen is the memberlist address (UDP+TCP); default port 7946
+	// on the client listener's host.
+	GossipListen string
+	// RPCListen is the internal address for Connect (forwarding, raft
+	// applies) and raft itself; default port 7947 on the listener's host.
+	RPCListen string
+	// Advertise is the host peers should dial when it differs from the
+	// listeners' host (e.g. behind NAT or when listening on 0.0.0.0).
+	Advertise string
+	// Join lists gossip addresses of running nodes; empty starts a mesh of one.
+	Join []string
+	// GossipKey (base64, 16/24/32 bytes) encrypts gossip.
+	GossipKey string
+	// ClusterSecret authenticates node-to-node calls; nodes of one mesh
+	// must share it. Empty on a single node generates a random one.
+	ClusterSecret string
+	// Voters is the raft voter target (3 or 5).
+	Voters int
+	// Strategy, InflightCap, Weight, Canary and CanaryPercent are this
+	// node's routing settings until replicated policy overrides them.
+	Strategy      string
+	InflightCap   int
+	Weight        int
+	Canary        bool
+	CanaryPercent int
+	// FastTimers shortens gossip and raft timers (tests on loopback).
+	FastTimers bool
 	// Version is reported in X-Service-Version.
 	Version string
 	// Logger is this node's logger; nil means a text logger on stderr.
@@ -66,6 +93,10 @@ func Defaults() Config {
 		BatchWait:    2 * time.Millisecond,
 		DrainTimeout: 30 * time.Second,
 		Version:      "dev",
+		Voters:       3,
+		Strategy:     "round-robin",
+		InflightCap:  64,
+		Weight:       1,
 	}
 }
 
@@ -107,6 +138,39 @@ func (c *Config) Validate() error {
 	if c.BatchWait < 0 || c.BatchWait > time.Second {
 		errs = append(errs, fmt.Errorf("batch wait %s: want 0..1s", c.BatchWait))
 	}
+	for name, addr := range map[string]string{"gossip listen": c.GossipListen, "rpc listen": c.RPCListen} {
+		if addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port", name, addr))
+		}
+	}
+	for _, j := range c.Join {
+		if j == "" || strings.ContainsAny(j, " /") {
+			errs = append(errs, fmt.Errorf("join %q: want host:port", j))
+		}
+	}
+	if c.Voters != 3 && c.Voters != 5 {
+		errs = append(errs, fmt.Errorf("voters %d: want 3 or 5", c.Voters))
+	}
+	switch c.Strategy {
+	case "round-robin", "least-latency", "least-connections", "weighted", "sticky":
+	default:
+		errs = append(errs, fmt.Errorf("strategy %q: want round-robin, least-latency, least-connections, weighted or sticky", c.Strategy))
+	}
+	if c.InflightCap < 1 || c.InflightCap > 100000 {
+		errs = append(errs, fmt.Errorf("inflight cap %d: want 1..100000", c.InflightCap))
+	}
+	if c.Weight < 0 || c.Weight > 1000 {
+		errs = append(errs, fmt.Errorf("weight %d: want 0..1000", c.Weight))
+	}
+	if c.CanaryPercent < 0 || c.CanaryPercent > 100 {
+		errs = append(errs, fmt.Errorf("canary percent %d: want 0..100", c.CanaryPercent))
+	}
+	if len(c.Join) > 0 && c.ClusterSecret == "" {
+		errs = append(errs, errors.New("cluster secret is empty: nodes that join a mesh need --cluster-secret (the same on every node)"))
+	}
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("drain timeout %s: must be positive", c.DrainTimeout))
 	}
@@ -124,4 +188,23 @@ func (c *Config) IsLoopbackListen() bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// withPort returns host:port with the host of the client listener.
+func (c *Config) withPort(port string) string {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// fillAddrs derives unset internal addresses from the client listener.
+func (c *Config) fillAddrs() {
+	if c.GossipListen == "" {
+		c.GossipListen = c.withPort("7946")
+	}
+	if c.RPCListen == "" {
+		c.RPCListen = c.withPort("7947")
+	}
 }

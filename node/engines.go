@@ -24,6 +24,9 @@ type engines struct {
 	store *models.Store
 	group singleflight.Group
 
+	// onChange is called after a model becomes warm.
+	onChange func()
+
 	mu     sync.RWMutex
 	rt     *onnx.Runtime
 	loaded map[string]engine.Engine
@@ -119,6 +122,9 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 		e.loaded[m.ID] = eng
 		e.mu.Unlock()
 		e.log.Info("model warm", "id", m.ID, "task", m.Task)
+		if e.onChange != nil {
+			e.onChange()
+		}
 		return eng, nil
 	})
 	if err != nil {

@@ -33,6 +33,9 @@ type Node struct {
 	batches *batch.Manager
 	api     *api.Server
 
+	cluster  *cluster
+	fatalCh  chan error
+	fatalOne sync.Once
 	ln       net.Listener
 	srv      *http.Server
 	served   chan error
@@ -52,7 +55,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry()}
+	cfg.fillAddrs()
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store, err := models.Open(filepath.Join(cfg.DataDir, "models"), n.log, n.clock)
 	if err != nil {
@@ -63,6 +67,7 @@ func New(cfg Config) (*Node, error) {
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.Embedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:     n,
+		Dispatcher:  n,
 		Batches:     n.batches,
 		Logger:      n.log,
 		Registry:    n.reg,
@@ -87,6 +92,12 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
 	n.ln = ln
+	n.engines.onChange = n.publishModels
+	if err := n.startCluster(ln.Addr().String()); err != nil {
+		ln.Close()
+		n.engines.close()
+		return err
+	}
 	n.srv = &http.Server{
 		Handler:           n.api.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -119,7 +130,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.draining.Store(true)
 		n.log.Info("draining", "inflight", n.api.InFlight())
 		if n.srv != nil {
-			err = n.waitIdle(ctx)
+			err = errors.Join(n.drainCluster(ctx), n.waitIdle(ctx))
 			n.srv.SetKeepAlivesEnabled(false)
 			if serr := n.srv.Shutdown(ctx); serr != nil {
 				err = errors.Join(err, serr)
@@ -129,6 +140,7 @@ func (n *Node) Drain(ctx context.Context) error {
 				n.log.Warn("server stopped", "err", serr)
 			}
 		}
+		n.stopCluster(ctx)
 		n.batches.Close()
 		n.engines.close()
 		n.log.Info("stopped")
@@ -157,3 +169,15 @@ func (n *Node) Close() error {
 	n.Drain(ctx)
 	return nil
 }
+
+// fatal records an unrecoverable error (the raft state machine halted);
+// the process owner reads it from Fatal and shuts the node down.
+func (n *Node) fatal(err error) {
+	n.fatalOne.Do(func() {
+		n.log.Error("fatal: node must stop", "err", err)
+		n.fatalCh <- err
+	})
+}
+
+// Fatal delivers an error when the node can no longer run correctly.
+func (n *Node) Fatal() <-chan error { return n.fatalCh }

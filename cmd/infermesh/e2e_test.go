@@ -71,7 +71,8 @@ func startNode(t *testing.T, id string, models ...string) *proc {
 			t.Fatalf("import %s: %v\n%s", m, err, out)
 		}
 	}
-	cmd := exec.Command(binPath, "serve", "--listen", "127.0.0.1:0", "--data-dir", data, "--node-id", id, "--drain-timeout", "60s")
+	cmd := exec.Command(binPath, "serve", "--listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+		"--data-dir", data, "--node-id", id, "--drain-timeout", "60s")
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {

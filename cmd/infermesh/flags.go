@@ -80,8 +80,12 @@ func (e *envFlags) List(p *[]string, flagName, envName string, usage string) {
 	if v, ok := e.env(envName); ok {
 		*p = splitList(v)
 	}
+	fromEnv := true
 	e.fs.Func(flagName, usage+", comma-separated ("+envName+")", func(s string) error {
-		*p = splitList(s)
+		if fromEnv { // the first flag replaces the variable's list; later ones add
+			*p, fromEnv = nil, false
+		}
+		*p = append(*p, splitList(s)...)
 		return nil
 	})
 	e.rows = append(e.rows, [3]string{flagName, envName, usage})

@@ -66,6 +66,19 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.BatchMax, "batch-max", "SERVICE_BATCH_MAX", cfg.BatchMax, "largest embeddings batch the dynamic batcher builds (1 disables batching)")
 	f.Duration(&cfg.BatchWait, "batch-wait", "SERVICE_BATCH_WAIT", cfg.BatchWait, "longest the batcher waits to fill a batch")
 	f.Duration(&cfg.DrainTimeout, "drain-timeout", "SERVICE_DRAIN_TIMEOUT", cfg.DrainTimeout, "how long in-flight requests may run after SIGTERM")
+	f.String(&cfg.GossipListen, "gossip-listen", "SERVICE_GOSSIP_LISTEN", cfg.GossipListen, "gossip address host:port (default: listen host, port 7946)")
+	f.String(&cfg.RPCListen, "rpc-listen", "SERVICE_RPC_LISTEN", cfg.RPCListen, "internal address for forwarding and raft (default: listen host, port 7947)")
+	f.String(&cfg.Advertise, "advertise", "SERVICE_ADVERTISE", cfg.Advertise, "host peers dial when it differs from the listeners' host")
+	f.List(&cfg.Join, "join", "SERVICE_JOIN", "gossip address host:port of a running node; repeat or comma-separate")
+	f.String(&cfg.GossipKey, "gossip-key", "SERVICE_GOSSIP_KEY", cfg.GossipKey, "base64 key (16, 24 or 32 bytes) that encrypts gossip")
+	f.String(&cfg.ClusterSecret, "cluster-secret", "SERVICE_CLUSTER_SECRET", cfg.ClusterSecret, "shared secret for node-to-node calls (required with --join)")
+	f.Int(&cfg.Voters, "voters", "SERVICE_VOTERS", cfg.Voters, "raft voters to keep (3 or 5)")
+	f.String(&cfg.Strategy, "strategy", "SERVICE_STRATEGY", cfg.Strategy, "routing strategy: round-robin, least-latency, least-connections, weighted, sticky")
+	f.Int(&cfg.InflightCap, "inflight-cap", "SERVICE_INFLIGHT_CAP", cfg.InflightCap, "requests this node serves at once before peers route elsewhere")
+	f.Int(&cfg.Weight, "weight", "SERVICE_WEIGHT", cfg.Weight, "this node's weight for the weighted strategy")
+	f.Bool(&cfg.Canary, "canary", "SERVICE_CANARY", cfg.Canary, "mark this node canary")
+	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
+	f.Bool(&cfg.FastTimers, "fast-timers", "SERVICE_FAST_TIMERS", cfg.FastTimers, "short gossip and raft timers, for tests and chaos runs on one machine")
 	f.String(logLevel, "log-level", "SERVICE_LOG_LEVEL", *logLevel, "debug, info, warn or error")
 	return f
 }
@@ -97,8 +110,12 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
 		return 1
 	}
-	sig := <-sigs
-	cfg.Logger.Info("signal received; draining", "signal", sig.String())
+	select {
+	case sig := <-sigs:
+		cfg.Logger.Info("signal received; draining", "signal", sig.String())
+	case err := <-n.Fatal():
+		cfg.Logger.Error("stopping after a fatal error", "err", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
 	done := make(chan error, 1)

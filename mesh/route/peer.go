@@ -47,6 +47,10 @@ type Model struct {
 	// Latency is the peer's moving average of the time to serve a request for
 	// this model; 0 means no measurement yet.
 	Latency time.Duration
+	// WireID, Task and Created describe the model (see mesh.ModelInfo).
+	WireID  string
+	Task    string
+	Created int64
 }
 
 // Peer is a read-only view of one node of the mesh, as the peer table sees it

@@ -182,16 +182,33 @@ func (s *Server) cors(next http.Handler) http.Handler {
 }
 
 // refuseWhileDraining answers new work (POST) with 503 server_draining once
-// the node drains, so clients retry elsewhere; reads keep working and
-// requests already running finish.
+// the node drains and has no dispatcher to hand work to peers; reads keep
+// working and requests already running finish. With a dispatcher, new work
+// goes to peers (the draining node no longer ranks itself).
 func (s *Server) refuseWhileDraining(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && s.opt.Backend.Draining() {
+		if r.Method == http.MethodPost && s.opt.Dispatcher == nil && s.opt.Backend.Draining() {
 			e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeDraining, "", "This node is draining; retry on another node.")
 			e.RetryAfter = 1
 			WriteError(w, e)
 			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverOnly turns a handler panic into a 500 on the local router.
+func (s *Server) recoverOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("local handler panic", "panic", p, "stack", string(debug.Stack()))
+				WriteError(w, Errorf(http.StatusInternalServerError, TypeServer, CodeInternal, "", "The server had an error while processing your request."))
+			}
+		}()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -34,19 +36,11 @@ func (s *Server) routes() chi.Router {
 	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.refuseWhileDraining)
-		r.Post("/embeddings", s.embeddings)
-		r.Post("/vision/background", s.visionBackground)
-		r.Post("/vision/detections", s.noVisionEngine)
-		r.Post("/vision/faces", s.noVisionEngine)
-
-		r.Post("/chat/completions", s.jsonModelRoute("chat"))
+		s.modelRoutes(r, true)
 		r.Post("/batch/embeddings", s.submitBatch)
 		r.Get("/batch/embeddings", s.listBatches)
 		r.Get("/batch/embeddings/{id}", s.getBatch)
 		r.Delete("/batch/embeddings/{id}", s.cancelBatch)
-		r.Post("/images/generations", s.jsonModelRoute("image generation"))
-		r.Post("/images/describe", s.jsonModelRoute("image description"))
-		r.Post("/audio/speech", s.jsonModelRoute("text-to-speech"))
 		r.Post("/audio/transcriptions", s.formModelRoute("speech-to-text"))
 		r.Post("/audio/translations", s.formModelRoute("speech translation"))
 		r.Post("/audio/clone", s.formModelRoute("voice cloning"))
@@ -58,7 +52,67 @@ func (s *Server) routes() chi.Router {
 		// Canonical ids contain slashes: <runtime>/<family>/<variant>.
 		r.Get("/models/{runtime}/{family}/{variant}", s.getModel)
 
+		r.Get("/server/members", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.opt.Backend.Members()})
+		})
 		r.Get("/server/metrics", promhttp.HandlerFor(s.opt.Registry, promhttp.HandlerOpts{}).ServeHTTP)
 	})
 	return r
+}
+
+// modelRoutes mounts the JSON routes that run a model. On the public router
+// (routed) they go through the dispatcher; on the local router they run here.
+func (s *Server) modelRoutes(r chi.Router, routed bool) {
+	wrap := func(limit int64, task string, h http.HandlerFunc) http.HandlerFunc {
+		if !routed || s.opt.Dispatcher == nil {
+			return h
+		}
+		return s.routed(limit, task, h)
+	}
+	r.Post("/embeddings", wrap(MaxJSONBody, "", s.embeddings))
+	r.Post("/vision/background", wrap(MaxImageBody, "background-removal", s.visionBackground))
+	r.Post("/vision/detections", wrap(MaxImageBody, "", s.noVisionEngine))
+	r.Post("/vision/faces", wrap(MaxImageBody, "", s.noVisionEngine))
+	r.Post("/chat/completions", wrap(MaxImageBody, "", s.jsonModelRoute("chat")))
+	r.Post("/images/generations", wrap(MaxImageBody, "", s.jsonModelRoute("image generation")))
+	r.Post("/images/describe", wrap(MaxImageBody, "", s.jsonModelRoute("image description")))
+	r.Post("/audio/speech", wrap(MaxJSONBody, "", s.jsonModelRoute("text-to-speech")))
+}
+
+// localRoutes is the router behind LocalHandler: model routes only, no
+// routing, no caller-facing headers (the entry node sets those).
+func (s *Server) localRoutes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(s.recoverOnly)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
+			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
+	})
+	r.Route("/v1", func(r chi.Router) { s.modelRoutes(r, false) })
+	return r
+}
+
+// routed reads the body, finds the model the request is for and hands it
+// to the dispatcher. A request whose model no node serves, or whose body
+// cannot be read for a model, is answered here by the local handler, which
+// gives the precise error.
+func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r, limit)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		model, _ := peekModel(body)
+		if model == "" && defaultTask != "" {
+			model = s.opt.Backend.DefaultModel(defaultTask)
+		}
+		m, ok := s.opt.Backend.Model(model)
+		if model == "" || !ok {
+			h(w, r)
+			return
+		}
+		s.opt.Dispatcher.Serve(w, r, m.ID, body)
+	}
 }

@@ -39,21 +39,51 @@ type Model struct {
 
 // Backend is what the API needs from its node.
 type Backend interface {
-	// Models lists installed models allowed by policy, sorted by id.
+	// Models lists the models some node of the mesh serves, allowed by
+	// policy, sorted by id.
 	Models() []Model
-	// Model resolves a canonical or wire id.
+	// Model resolves a canonical or wire id among the mesh's models.
 	Model(id string) (Model, bool)
-	// Embedder returns the warm embeddings engine for a model id.
+	// DefaultModel names the mesh's model for a task (used when a vision
+	// request names none); "" when there is none.
+	DefaultModel(task string) string
+	// Embedder returns this node's embeddings engine for a model id.
 	Embedder(ctx context.Context, id string) (engine.Embedder, error)
 	// BackgroundRemover returns the background-removal engine for an id;
 	// id "" asks for the default one. It returns ErrModelNotFound when no
 	// such engine is installed at all.
 	BackgroundRemover(ctx context.Context, id string) (engine.BackgroundRemover, string, error)
+	// Members lists the nodes of the mesh as gossip sees them.
+	Members() []Member
 	// Draining reports whether the node is shutting down.
 	Draining() bool
 	// Status describes the node for the dashboard (id, state, version,
 	// uptime, models, peers); the API adds request statistics to it.
 	Status() map[string]any
+}
+
+// Member is one node of the mesh, for /v1/server/members and the dashboard.
+type Member struct {
+	ID            string   `json:"id"`
+	HTTPAddr      string   `json:"http_addr"`
+	RPCAddr       string   `json:"rpc_addr"`
+	Version       string   `json:"version"`
+	State         string   `json:"state"`
+	Self          bool     `json:"self"`
+	Ejected       bool     `json:"ejected"`
+	InFlight      int      `json:"inflight"`
+	Cap           int      `json:"cap"`
+	Weight        int      `json:"weight"`
+	Canary        bool     `json:"canary"`
+	CanaryPercent int      `json:"canary_percent"`
+	Installed     []string `json:"installed"`
+	Warm          []string `json:"warm"`
+}
+
+// Dispatcher decides which node serves a request for a model and writes
+// the response (locally through LocalHandler, or from a peer).
+type Dispatcher interface {
+	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte)
 }
 
 // Options configures the API.
@@ -70,6 +100,9 @@ type Options struct {
 	CORSOrigins []string
 	// TrustProxy honours X-Forwarded-For for the client address.
 	TrustProxy bool
+	// Dispatcher routes model requests across the mesh; nil serves every
+	// request on this node.
+	Dispatcher Dispatcher
 	// Batches runs background embedding jobs.
 	Batches BatchJobs
 	// Dashboard mounts /dashboard when true.
@@ -82,6 +115,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	router  chi.Router
+	local   chi.Router
 }
 
 // New builds the API router.
@@ -91,7 +125,20 @@ func New(opt Options) *Server {
 	}
 	s := &Server{opt: opt, log: opt.Logger, metrics: newMetrics(opt.Registry)}
 	s.router = s.routes()
+	s.local = s.localRoutes()
 	return s
+}
+
+// LocalHandler serves model requests on this node's own engines, with no
+// routing: the dispatcher calls it for work it keeps, and peers reach it
+// through forwarding.
+func (s *Server) LocalHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Route from scratch: the public router's chi context (if the
+		// request came through it) must not steer the local router.
+		ctx := context.WithValue(r.Context(), chi.RouteCtxKey, nil)
+		s.local.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // InFlight is the number of requests being served now.

@@ -48,16 +48,12 @@ func (s *Server) visionBackground(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	eng, id, err := s.opt.Backend.BackgroundRemover(r.Context(), req.Model)
-	if errors.Is(err, ErrModelNotFound) && req.Model == "" {
-		WriteError(w, noVisionProvider())
-		return
-	}
 	if errors.Is(err, ErrModelNotFound) {
-		if _, _, derr := s.opt.Backend.BackgroundRemover(r.Context(), ""); errors.Is(derr, ErrModelNotFound) {
+		if req.Model == "" || s.opt.Backend.DefaultModel("background-removal") == "" {
 			WriteError(w, noVisionProvider())
-			return
+		} else {
+			WriteError(w, ModelNotFound(req.Model))
 		}
-		WriteError(w, ModelNotFound(req.Model))
 		return
 	}
 	if err != nil {

@@ -169,7 +169,13 @@ type ModelState struct {
 	Warm bool `protobuf:"varint,2,opt,name=warm,proto3" json:"warm,omitempty"`
 	// Moving average of the time to serve a request for this model, in
 	// microseconds; 0 when the node has no measurement yet.
-	LatencyUs     uint64 `protobuf:"varint,3,opt,name=latency_us,json=latencyUs,proto3" json:"latency_us,omitempty"`
+	LatencyUs uint64 `protobuf:"varint,3,opt,name=latency_us,json=latencyUs,proto3" json:"latency_us,omitempty"`
+	// Short wire id <name>:<tag>, so any node can resolve it.
+	WireId string `protobuf:"bytes,4,opt,name=wire_id,json=wireId,proto3" json:"wire_id,omitempty"`
+	// What the model does (embeddings, background-removal, chat, ...).
+	Task string `protobuf:"bytes,5,opt,name=task,proto3" json:"task,omitempty"`
+	// When the model was installed on the node, Unix seconds.
+	CreatedUnix   int64 `protobuf:"varint,6,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +227,27 @@ func (x *ModelState) GetWarm() bool {
 func (x *ModelState) GetLatencyUs() uint64 {
 	if x != nil {
 		return x.LatencyUs
+	}
+	return 0
+}
+
+func (x *ModelState) GetWireId() string {
+	if x != nil {
+		return x.WireId
+	}
+	return ""
+}
+
+func (x *ModelState) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *ModelState) GetCreatedUnix() int64 {
+	if x != nil {
+		return x.CreatedUnix
 	}
 	return 0
 }
@@ -438,13 +465,16 @@ const file_infermesh_mesh_v1_mesh_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\thttp_addr\x18\x02 \x01(\tR\bhttpAddr\x12\x19\n" +
 	"\brpc_addr\x18\x03 \x01(\tR\arpcAddr\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\tR\aversion\"U\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\"\xa5\x01\n" +
 	"\n" +
 	"ModelState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04warm\x18\x02 \x01(\bR\x04warm\x12\x1d\n" +
 	"\n" +
-	"latency_us\x18\x03 \x01(\x04R\tlatencyUs\"\xb2\x03\n" +
+	"latency_us\x18\x03 \x01(\x04R\tlatencyUs\x12\x17\n" +
+	"\awire_id\x18\x04 \x01(\tR\x06wireId\x12\x12\n" +
+	"\x04task\x18\x05 \x01(\tR\x04task\x12!\n" +
+	"\fcreated_unix\x18\x06 \x01(\x03R\vcreatedUnix\"\xb2\x03\n" +
 	"\n" +
 	"NodeRecord\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +

@@ -1,0 +1,296 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/consensus/rpcmux"
+	"github.com/infermesh/infermesh/mesh"
+	"github.com/infermesh/infermesh/mesh/forward"
+	"github.com/infermesh/infermesh/mesh/route"
+	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/dispatch"
+)
+
+// cluster holds the parts that make a node a member of the mesh: the
+// internal RPC port (Connect + raft through one multiplexer), the raft
+// group, memberlist gossip, forwarding and the dispatcher.
+type cluster struct {
+	mux    *rpcmux.Mux
+	rpcSrv *http.Server
+	raft   *consensus.Node
+	mesh   *mesh.Mesh
+	fwdSrv *forward.Server
+	fwdCli *forward.Client
+	disp   *dispatch.Dispatcher
+	policy *dispatch.StaticPolicy
+	sub    *mesh.Subscription
+	done   chan struct{}
+}
+
+// advertiseHost is the host peers dial for this node's listeners.
+func (n *Node) advertiseHost(bound string) (string, error) {
+	if n.cfg.Advertise != "" {
+		return n.cfg.Advertise, nil
+	}
+	host, _, err := net.SplitHostPort(bound)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if len(n.cfg.Join) > 0 {
+			return "", fmt.Errorf("listening on all interfaces (%s): set --advertise to the address peers should dial", bound)
+		}
+		return "127.0.0.1", nil
+	}
+	return host, nil
+}
+
+func portOf(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// startCluster opens the RPC port, starts raft and gossip, and builds the
+// forwarding server, client and dispatcher. httpAddr is the bound client
+// listener, advertised to peers.
+func (n *Node) startCluster(httpAddr string) error {
+	cfg := n.cfg
+	c := &cluster{done: make(chan struct{})}
+	n.cluster = c
+	secret := cfg.ClusterSecret
+	if secret == "" {
+		var b [32]byte
+		rand.Read(b[:])
+		secret = hex.EncodeToString(b[:])
+		n.log.Info("no cluster secret set: generated one for this single node; peers need --cluster-secret to join")
+	}
+	ln, err := net.Listen("tcp", cfg.RPCListen)
+	if err != nil {
+		return fmt.Errorf("rpc listen on %s: %w", cfg.RPCListen, err)
+	}
+	host, err := n.advertiseHost(ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	rpcAddr := net.JoinHostPort(host, portOf(ln.Addr().String()))
+	c.mux = rpcmux.New(ln, n.log)
+	go c.mux.Serve()
+
+	rc := consensus.Config{
+		NodeID:        cfg.NodeID,
+		AdvertiseAddr: rpcAddr,
+		DataDir:       cfg.DataDir,
+		RaftListener:  c.mux.Raft(),
+		Join:          len(cfg.Join) > 0,
+		Voters:        cfg.Voters,
+		Members:       memberSource{n},
+		ClusterSecret: secret,
+		OnFatal:       n.fatal,
+		Logger:        n.log,
+		Registerer:    n.reg,
+	}
+	if cfg.FastTimers {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout = 300*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond, 20*time.Millisecond
+		rc.ReapTimeout, rc.ReconcileInterval = 30*time.Second, 2*time.Second
+	}
+	if c.raft, err = consensus.New(rc); err != nil {
+		c.mux.Close()
+		return err
+	}
+
+	mc := mesh.Config{
+		NodeID:        cfg.NodeID,
+		BindAddr:      cfg.GossipListen,
+		HTTPAddr:      net.JoinHostPort(host, portOf(httpAddr)),
+		RPCAddr:       rpcAddr,
+		Version:       cfg.Version,
+		Join:          cfg.Join,
+		AdvertiseAddr: cfg.Advertise,
+	}
+	if cfg.GossipKey != "" {
+		if mc.EncryptionKey, err = mesh.ParseKey(cfg.GossipKey); err != nil {
+			n.stopCluster(context.Background())
+			return fmt.Errorf("gossip key: %w", err)
+		}
+	}
+	if gh, _, _ := net.SplitHostPort(cfg.GossipListen); isLoopbackHost(gh) {
+		mc.Timers = mesh.LocalTimers()
+	}
+	if cfg.FastTimers {
+		mc.Timers = mesh.TestTimers()
+		mc.JoinBackoffMin, mc.JoinBackoffMax = 50*time.Millisecond, time.Second
+	}
+	if c.mesh, err = mesh.New(mc, n.log, n.reg, n.clock); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	c.mesh.SetRouting(mesh.Routing{MaxInFlight: cfg.InflightCap, Weight: cfg.Weight, Canary: cfg.Canary, CanaryPercent: cfg.CanaryPercent})
+	c.sub = c.mesh.Subscribe(mesh.EventJoin, mesh.EventUpdate, mesh.EventLeave, mesh.EventFailed)
+	go n.relayMembership(c.sub)
+
+	strategy, err := route.ParseStrategy(cfg.Strategy)
+	if err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	if c.policy, err = dispatch.NewStaticPolicy(dispatch.Policy{Strategy: strategy}); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	if c.fwdCli, err = forward.NewClient(forward.ClientConfig{NodeID: cfg.NodeID, ClusterSecret: secret}, n.log, n.reg); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	c.disp, err = dispatch.New(dispatch.Config{
+		NodeID:      cfg.NodeID,
+		MaxInFlight: cfg.InflightCap,
+		WriteError: func(w http.ResponseWriter, r *http.Request, status int, msg string) {
+			typ, code := api.TypeServer, api.CodeOverloaded
+			if status == http.StatusBadGateway {
+				code = api.CodeInternal
+			}
+			e := api.Errorf(status, typ, code, "", msg)
+			api.WriteError(w, e)
+		},
+		Clock: n.clock,
+	}, n.api.LocalHandler(), c.mesh, c.fwdCli, c.policy, c.mesh, n.log, n.reg)
+	if err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	if c.fwdSrv, err = forward.NewServer(forward.ServerConfig{NodeID: cfg.NodeID, ClusterSecret: secret}, c.disp.Local(), n.log, n.reg); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	rpc := http.NewServeMux()
+	path, h := c.raft.Handler()
+	rpc.Handle(path, h)
+	path, h = c.fwdSrv.Handler()
+	rpc.Handle(path, h)
+	c.rpcSrv = forward.NewHTTPServer(rpc, n.log)
+	go c.rpcSrv.Serve(c.mux.HTTP())
+	n.publishModels()
+	c.mesh.SetHealth(route.HealthReady)
+	n.log.Info("mesh member", "rpc", rpcAddr, "gossip", c.mesh.GossipAddr(), "join", cfg.Join)
+	return nil
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// relayMembership turns mesh events into raft membership hooks.
+func (n *Node) relayMembership(sub *mesh.Subscription) {
+	for ev := range sub.C {
+		p := ev.Peer
+		if p.ID == n.cfg.NodeID {
+			continue
+		}
+		switch ev.Type {
+		case mesh.EventJoin, mesh.EventUpdate:
+			if p.RPCAddr != "" {
+				n.cluster.raft.MemberJoined(p.ID, p.RPCAddr)
+			}
+		case mesh.EventFailed:
+			n.cluster.raft.MemberFailed(p.ID)
+		case mesh.EventLeave:
+			n.cluster.raft.MemberLeft(p.ID)
+		}
+	}
+}
+
+// memberSource gives raft's reconcile pass the mesh's view of members.
+type memberSource struct{ n *Node }
+
+// Members lists the nodes gossip knows, with this node first.
+func (s memberSource) Members() []consensus.Member {
+	c := s.n.cluster
+	if c == nil || c.mesh == nil {
+		return nil
+	}
+	var out []consensus.Member
+	for _, p := range c.mesh.Peers() {
+		out = append(out, consensus.Member{ID: p.ID, RPCAddr: p.RPCAddr, Status: consensus.MemberAlive})
+	}
+	return out
+}
+
+// publishModels tells the mesh which models this node has and which are warm.
+func (n *Node) publishModels() {
+	c := n.cluster
+	if c == nil || c.mesh == nil {
+		return
+	}
+	var installed []string
+	info := map[string]mesh.ModelInfo{}
+	for _, m := range n.store.List() {
+		installed = append(installed, m.ID)
+		info[m.ID] = mesh.ModelInfo{WireID: m.WireID(), Task: m.Task, Created: m.Created}
+	}
+	c.mesh.SetModelInfo(info)
+	c.mesh.SetModels(installed, n.engines.warmIDs())
+}
+
+// Serve makes *Node the API's dispatcher.
+func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte) {
+	f := dispatch.Facts{Model: model, RequestID: api.RequestID(r.Context())}
+	f.Caller.ClientAddress = api.ClientAddr(r.Context())
+	o := n.cluster.disp.Serve(w, r, f, body)
+	if o.Err != nil && errors.Is(o.Err, dispatch.ErrIncomplete) {
+		n.log.Warn("response broke off after it started", "request_id", f.RequestID, "backend", o.Backend, "err", o.Err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// drainCluster announces the drain and waits for local and forwarded work.
+func (n *Node) drainCluster(ctx context.Context) error {
+	c := n.cluster
+	if c == nil {
+		return nil
+	}
+	c.mesh.SetHealth(route.HealthDraining)
+	c.fwdSrv.SetDraining(true)
+	return c.fwdSrv.Wait(ctx)
+}
+
+// stopCluster leaves gossip, hands off raft leadership and closes the RPC port.
+func (n *Node) stopCluster(ctx context.Context) {
+	c := n.cluster
+	if c == nil {
+		return
+	}
+	if c.mesh != nil {
+		if err := c.mesh.Leave(2 * time.Second); err != nil {
+			n.log.Warn("leave mesh", "err", err)
+		}
+		c.sub.Close()
+		c.mesh.Shutdown()
+	}
+	if c.raft != nil {
+		if err := c.raft.Shutdown(ctx); err != nil {
+			n.log.Warn("raft shutdown", "err", err)
+		}
+	}
+	if c.rpcSrv != nil {
+		c.rpcSrv.Close()
+	}
+	if c.fwdCli != nil {
+		c.fwdCli.Close()
+	}
+	if c.mux != nil {
+		c.mux.Close()
+	}
+}
