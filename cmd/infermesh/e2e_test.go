@@ -64,6 +64,12 @@ var listenLine = regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
 // starts `infermesh serve` on a free loopback port.
 func startNode(t *testing.T, id string, models ...string) *proc {
 	t.Helper()
+	return startNodeArgs(t, id, models, "--listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--drain-timeout", "60s")
+}
+
+// startNodeArgs is startNode with the serve flags given.
+func startNodeArgs(t *testing.T, id string, models []string, args ...string) *proc {
+	t.Helper()
 	data := t.TempDir()
 	for _, m := range models {
 		out, err := exec.Command(binPath, "models", "import", "--data-dir", data, onnxtest.AssetDir(t, m, "manifest.json")).CombinedOutput()
@@ -71,8 +77,7 @@ func startNode(t *testing.T, id string, models ...string) *proc {
 			t.Fatalf("import %s: %v\n%s", m, err, out)
 		}
 	}
-	cmd := exec.Command(binPath, "serve", "--listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-		"--data-dir", data, "--node-id", id, "--drain-timeout", "60s")
+	cmd := exec.Command(binPath, append([]string{"serve", "--data-dir", data, "--node-id", id}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {

@@ -28,6 +28,7 @@ Usage:
   infermesh models import DIR      install a model folder into a node's data dir
   infermesh models list            list the models installed in a data dir
   infermesh models rm ID           remove an installed model
+  infermesh members [--node URL]   list the mesh's nodes, their state, load and warm models
   infermesh version                print the version
 `
 
@@ -41,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "models":
 		return modelsCmd(args[1:], stdout, stderr)
+	case "members":
+		return membersCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "infermesh", version)
 		return 0

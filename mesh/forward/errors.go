@@ -35,14 +35,21 @@ func Retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	// Transport failures first: connect reports a reset connection of a
+	// killed peer as code "canceled", which must not hide that the peer,
+	// not the caller, went away. (The dispatcher checks the caller's own
+	// context separately.)
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
 		return false
 	case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted, connect.CodeUnauthenticated:
 		return true
 	}
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
+	return false
 }
 
 // resultOf names an outcome for metrics.
