@@ -92,3 +92,164 @@ func (e *InputError) Error() string { return e.Msg }
 
 // Is makes errors.Is(err, ErrInvalidInput) true for InputError.
 func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// ---------------------------------------------------------------------------
+// Chat completions.
+//
+// The types below are what a chat engine (TaskChat) takes and gives back.
+// They mirror the OpenAI chat completions request closely enough for the
+// HTTP layer to map fields one to one, but carry no JSON of their own: the
+// API layer owns the wire format (and rejects n > 1, logprobs and image
+// parts for models without image input before a request gets here).
+
+// TaskChat is a decoder-only text generation model behind
+// /v1/chat/completions.
+const TaskChat Task = "chat"
+
+// Chat message roles.
+const (
+	RoleSystem    = "system"
+	RoleDeveloper = "developer" // rendered as system for templates that lack it
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Finish reasons, as OpenAI names them.
+const (
+	FinishStop      = "stop"       // the model ended, or a stop sequence matched
+	FinishLength    = "length"     // max tokens (or the context window) reached
+	FinishToolCalls = "tool_calls" // the answer is one or more tool calls
+)
+
+// ChatMessage is one message of the conversation. Content is the text
+// (the API layer joins text parts); assistant messages may carry ToolCalls,
+// tool messages ToolCallID.
+type ChatMessage struct {
+	Role       string
+	Content    string
+	Name       string
+	ToolCalls  []ToolCall
+	ToolCallID string
+}
+
+// ToolCall is a function call made by the assistant. Arguments is the JSON
+// text of the arguments object.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string
+}
+
+// Tool is a function the model may call. Parameters is its JSON schema
+// (an object schema; empty means no parameters).
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  []byte
+	Strict      bool
+}
+
+// Tool choice modes.
+const (
+	ToolChoiceAuto     = "auto"     // the model decides (the default when tools are given)
+	ToolChoiceNone     = "none"     // no tool calls
+	ToolChoiceRequired = "required" // at least one tool call, enforced
+	ToolChoiceFunction = "function" // a call to ToolChoice.Name, enforced
+)
+
+// ToolChoice is the request's tool_choice. Mode "" means auto when tools are
+// given, none otherwise.
+type ToolChoice struct {
+	Mode string
+	Name string // the function, for Mode ToolChoiceFunction
+}
+
+// Response format types.
+const (
+	FormatText       = "text"
+	FormatJSONObject = "json_object"
+	FormatJSONSchema = "json_schema"
+)
+
+// ResponseFormat is the request's response_format. Type "" means text.
+type ResponseFormat struct {
+	Type   string
+	Name   string // json_schema.name
+	Schema []byte // json_schema.schema
+	Strict bool   // json_schema.strict
+}
+
+// ChatRequest is one chat completion request.
+type ChatRequest struct {
+	Messages   []ChatMessage
+	Tools      []Tool
+	ToolChoice ToolChoice
+	// ParallelToolCalls allows several calls in one answer (nil: allowed).
+	ParallelToolCalls *bool
+	ResponseFormat    ResponseFormat
+	// MaxTokens caps the completion (0: the model's default maximum).
+	MaxTokens int
+	// Temperature (nil: 1); 0 is greedy decoding.
+	Temperature *float64
+	// TopP keeps the smallest set of tokens whose probability reaches it (nil: 1).
+	TopP *float64
+	// Seed makes sampling repeatable: the same seed and request give the
+	// same output. nil: a random seed.
+	Seed *int64
+	// Stop sequences end the answer; they are not part of it.
+	Stop             []string
+	PresencePenalty  float64
+	FrequencyPenalty float64
+}
+
+// ChatUsage counts tokens.
+type ChatUsage struct {
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// TotalTokens is prompt plus completion tokens.
+func (u ChatUsage) TotalTokens() int { return u.PromptTokens + u.CompletionTokens }
+
+// ChatResponse is a finished completion: the assistant message (content
+// and/or tool calls), why it ended and the token counts.
+type ChatResponse struct {
+	Message      ChatMessage
+	FinishReason string
+	Usage        ChatUsage
+}
+
+// ToolCallDelta is a tool call in a stream. Engines send each call whole,
+// once, in order (Index 0, 1, ...); the API layer maps it to a
+// chat.completion.chunk tool_calls entry.
+type ToolCallDelta struct {
+	Index int
+	ToolCall
+}
+
+// ChatDelta is one step of a streamed completion. The first delta carries
+// Role "assistant"; then Content pieces and ToolCalls; the last carries
+// FinishReason. Concatenating the Content of all deltas gives
+// ChatResponse.Message.Content.
+type ChatDelta struct {
+	Role         string
+	Content      string
+	ToolCalls    []ToolCallDelta
+	FinishReason string
+}
+
+// Chatter is implemented by engines whose Task is TaskChat.
+type Chatter interface {
+	Engine
+	// Chat generates an answer. With onDelta non-nil the answer is also
+	// streamed through it as it is produced (an error from onDelta stops
+	// generation and is returned). Caller errors are InputErrors (param
+	// "messages", "max_tokens", "tools", "tool_choice", "response_format",
+	// "stop", ...). A cancelled ctx stops generation and returns ctx.Err().
+	Chat(ctx context.Context, req ChatRequest, onDelta func(ChatDelta) error) (ChatResponse, error)
+	// ContextWindow is the most tokens prompt plus completion may take.
+	ContextWindow() int
+	// MaxOutputTokens is the default and the maximum of MaxTokens.
+	MaxOutputTokens() int
+}

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// file is the part of tokenizer.json this package reads; decoder and
-// padding are ignored (callers pad batches themselves).
+// file is the part of tokenizer.json this package reads; padding is
+// ignored (callers pad batches themselves).
 type file struct {
 	Truncation *struct {
 		Direction string `json:"direction"`
@@ -22,6 +22,7 @@ type file struct {
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Model         json.RawMessage `json:"model"`
+	Decoder       json.RawMessage `json:"decoder"`
 }
 
 // Load reads a Hugging Face tokenizer.json.
@@ -54,7 +55,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: parse tokenizer.json: %w", err)
 	}
-	t := &Tokenizer{added: map[string]int64{}}
+	t := &Tokenizer{added: map[string]int64{}, special: map[int64]struct{}{}}
 	var err error
 	if t.model, err = buildModel(f.Model); err != nil {
 		return nil, err
@@ -68,6 +69,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.post, err = buildPostProcessor(f.PostProcessor); err != nil {
 		return nil, err
 	}
+	t.decoder, t.decoderUnsupported = buildDecoder(f.Decoder)
 	if tr := f.Truncation; tr != nil {
 		if tr.MaxLength <= 0 {
 			return nil, fmt.Errorf("tokenizer: truncation max_length %d must be positive", tr.MaxLength)
@@ -99,6 +101,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 		}
 		grow(at.ID)
 		t.added[at.Content] = at.ID
+		if at.Special {
+			t.special[at.ID] = struct{}{}
+		}
 		if at.Normalized && t.normalizer != nil {
 			t.normalized.add(t.normalizer.Normalize(at.Content), at)
 		} else if at.Normalized {
@@ -223,8 +228,68 @@ func buildPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		return BertPreTokenizer{}, nil
 	case "WhitespaceSplit":
 		return WhitespaceSplit{}, nil
+	case "Whitespace":
+		return NewSplit(whitespacePattern, true, SplitRemoved, true)
+	case "ByteLevel":
+		c := struct {
+			AddPrefixSpace *bool `json:"add_prefix_space"`
+			UseRegex       *bool `json:"use_regex"`
+		}{}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: ByteLevel: %w", err)
+		}
+		return NewByteLevel(c.AddPrefixSpace == nil || *c.AddPrefixSpace, c.UseRegex == nil || *c.UseRegex)
+	case "Digits":
+		var c struct {
+			IndividualDigits bool `json:"individual_digits"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: Digits: %w", err)
+		}
+		return Digits{IndividualDigits: c.IndividualDigits}, nil
+	case "Split":
+		var c struct {
+			Pattern struct {
+				Regex  *string `json:"Regex"`
+				String *string `json:"String"`
+			} `json:"pattern"`
+			Behavior string `json:"behavior"`
+			Invert   bool   `json:"invert"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: Split: %w", err)
+		}
+		behavior, err := parseSplitBehavior(c.Behavior)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: Split: %w", err)
+		}
+		switch {
+		case c.Pattern.Regex != nil:
+			return NewSplit(*c.Pattern.Regex, true, behavior, c.Invert)
+		case c.Pattern.String != nil:
+			return NewSplit(*c.Pattern.String, false, behavior, c.Invert)
+		}
+		return nil, fmt.Errorf("tokenizer: Split needs a Regex or String pattern")
+	case "Sequence":
+		var c struct {
+			PreTokenizers []json.RawMessage `json:"pretokenizers"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: pre_tokenizer Sequence: %w", err)
+		}
+		seq := make(PreTokenizerSequence, 0, len(c.PreTokenizers))
+		for _, sub := range c.PreTokenizers {
+			p, err := buildPreTokenizer(sub)
+			if err != nil {
+				return nil, err
+			}
+			if p != nil {
+				seq = append(seq, p)
+			}
+		}
+		return seq, nil
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported pre_tokenizer type %q (supported: BertPreTokenizer, WhitespaceSplit)", typ)
+	return nil, fmt.Errorf("tokenizer: unsupported pre_tokenizer type %q (supported: BertPreTokenizer, WhitespaceSplit, Whitespace, ByteLevel, Digits, Split, Sequence)", typ)
 }
 
 func buildModel(raw json.RawMessage) (Model, error) {
@@ -238,6 +303,11 @@ func buildModel(raw json.RawMessage) (Model, error) {
 		MaxInputCharsPerWord    *int             `json:"max_input_chars_per_word"`
 		Vocab                   json.RawMessage  `json:"vocab"`
 		Merges                  *json.RawMessage `json:"merges"`
+		EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+		FuseUnk                 bool             `json:"fuse_unk"`
+		ByteFallback            bool             `json:"byte_fallback"`
+		IgnoreMerges            bool             `json:"ignore_merges"`
+		Dropout                 *float64         `json:"dropout"`
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("tokenizer: model: %w", err)
@@ -251,11 +321,14 @@ func buildModel(raw json.RawMessage) (Model, error) {
 			typ = "WordPiece"
 		}
 	}
+	if typ == "BPE" {
+		return buildBPE(c.Vocab, c.Merges, c.UnkToken, c.ContinuingSubwordPrefix, c.EndOfWordSuffix, c.FuseUnk, c.ByteFallback, c.IgnoreMerges, c.Dropout)
+	}
 	if typ != "WordPiece" {
 		if typ == "" {
 			typ = "(none)"
 		}
-		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: WordPiece)", typ)
+		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: WordPiece, BPE)", typ)
 	}
 	var vocab map[string]int64
 	if err := json.Unmarshal(c.Vocab, &vocab); err != nil {
@@ -287,6 +360,29 @@ func buildPostProcessor(raw json.RawMessage) (PostProcessor, error) {
 		return nil, fmt.Errorf("tokenizer: post_processor: %w", err)
 	}
 	switch typ {
+	case "ByteLevel":
+		return nil, nil // it only adjusts offsets, which are not computed here
+	case "Sequence":
+		var c struct {
+			Processors []json.RawMessage `json:"processors"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: post_processor Sequence: %w", err)
+		}
+		var found PostProcessor
+		for _, sub := range c.Processors {
+			p, err := buildPostProcessor(sub)
+			if err != nil {
+				return nil, err
+			}
+			if p != nil && found != nil {
+				return nil, fmt.Errorf("tokenizer: post_processor Sequence adds special tokens twice")
+			}
+			if p != nil {
+				found = p
+			}
+		}
+		return found, nil
 	case "TemplateProcessing":
 		return buildTemplate(raw)
 	case "BertProcessing", "RobertaProcessing":
@@ -308,7 +404,7 @@ func buildPostProcessor(raw json.RawMessage) (PostProcessor, error) {
 		}
 		return Template{Pieces: []TemplatePiece{{Special: []int64{cls}}, {}, {Special: []int64{sep}}}}, nil
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported post_processor type %q (supported: TemplateProcessing, BertProcessing, RobertaProcessing)", typ)
+	return nil, fmt.Errorf("tokenizer: unsupported post_processor type %q (supported: TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence)", typ)
 }
 
 // tokenPair reads a serialized ("[CLS]", 101) pair and returns the id.
@@ -364,4 +460,77 @@ func buildTemplate(raw json.RawMessage) (PostProcessor, error) {
 		return nil, fmt.Errorf("tokenizer: TemplateProcessing single template has %d sequences, want 1", seqs)
 	}
 	return tp, nil
+}
+
+// buildBPE reads a BPE model section.
+func buildBPE(vocabRaw json.RawMessage, mergesRaw *json.RawMessage, unk, prefix, suffix *string, fuseUnk, byteFallback, ignoreMerges bool, dropout *float64) (Model, error) {
+	if dropout != nil && *dropout > 0 {
+		return nil, fmt.Errorf("tokenizer: BPE dropout %v is not supported (it makes encoding random)", *dropout)
+	}
+	c := BPEConfig{FuseUnk: fuseUnk, ByteFallback: byteFallback, IgnoreMerges: ignoreMerges}
+	if err := json.Unmarshal(vocabRaw, &c.Vocab); err != nil {
+		return nil, fmt.Errorf("tokenizer: BPE vocab: %w", err)
+	}
+	if mergesRaw != nil {
+		var err error
+		if c.Merges, err = parseMerges(*mergesRaw); err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+	}
+	if unk != nil {
+		c.UnkToken = *unk
+	}
+	if prefix != nil {
+		c.ContinuingSubwordPrefix = *prefix
+	}
+	if suffix != nil {
+		c.EndOfWordSuffix = *suffix
+	}
+	m, err := NewBPE(c)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return m, nil
+}
+
+// buildDecoder reads the decoder section. An unsupported decoder does not
+// stop the load (encoders never decode); it is reported by name instead, and
+// Decode then concatenates token strings.
+func buildDecoder(raw json.RawMessage) (Decoder, string) {
+	if isNull(raw) {
+		return nil, ""
+	}
+	typ, err := typeOf(raw)
+	if err != nil {
+		return nil, "(unreadable)"
+	}
+	switch typ {
+	case "ByteLevel":
+		return NewByteLevelDecoder(), ""
+	case "WordPiece":
+		c := struct {
+			Prefix  *string `json:"prefix"`
+			Cleanup *bool   `json:"cleanup"`
+		}{}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, "WordPiece"
+		}
+		d := WordPieceDecoder{Prefix: "##", Cleanup: true}
+		if c.Prefix != nil {
+			d.Prefix = *c.Prefix
+		}
+		if c.Cleanup != nil {
+			d.Cleanup = *c.Cleanup
+		}
+		return d, ""
+	case "Sequence":
+		var c struct {
+			Decoders []json.RawMessage `json:"decoders"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil || len(c.Decoders) != 1 {
+			return nil, "Sequence"
+		}
+		return buildDecoder(c.Decoders[0])
+	}
+	return nil, typ
 }

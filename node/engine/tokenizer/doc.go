@@ -5,19 +5,27 @@
 //
 //	added tokens   special and added tokens are cut out of the raw text first
 //	               (those marked "normalized" are cut from the normalised text)
-//	Normalizer     rewrites the remaining text (BertNormalizer: clean control
-//	               characters, space out CJK ideographs, strip accents, lowercase)
-//	PreTokenizer   splits it into words (BertPreTokenizer: whitespace, then
-//	               punctuation as words of their own)
+//	Normalizer     rewrites the remaining text (BertNormalizer; NFC/NFD/NFKC/
+//	               NFKD; Lowercase; StripAccents; Sequence)
+//	PreTokenizer   splits it into words (BertPreTokenizer; WhitespaceSplit;
+//	               Whitespace; Split on a regular expression with look-ahead,
+//	               run by regexp2, or a literal; Digits; ByteLevel, which maps
+//	               bytes to GPT-2's printable stand-ins; Sequence)
 //	Model          maps each word to vocabulary ids (WordPiece: greedy longest
-//	               match with the "##" continuing prefix, unk for unknown words)
+//	               match with "##"; BPE: lowest-rank merge first, O(n log n),
+//	               merges as "a b" or ["a", "b"], unk / fuse_unk /
+//	               byte_fallback / ignore_merges, a bounded word cache)
 //	truncation     keeps at most max tokens, counting the special tokens
 //	PostProcessor  adds the special tokens ([CLS] A [SEP]) and type ids
+//	Decoder        turns ids back into text (ByteLevel, WordPiece); with a
+//	               per-token decoder, DecodeStream decodes incrementally and
+//	               never emits half a UTF-8 character
 //
-// Only the parts BERT-family encoders need are implemented today; Load
-// reports an unsupported part (a byte-level BPE model, say) by name, and a
-// new part plugs in by implementing Normalizer, PreTokenizer or Model and
-// adding a case to the matching builder in config.go.
+// Encode applies the post-processor; EncodeContent does not (chat prompts
+// carry their special tokens in the text). Anything else (Metaspace,
+// Unigram, SentencePiece-style decoders, ...) is reported by name at load;
+// a new part plugs in by implementing Normalizer, PreTokenizer, Model or
+// Decoder and adding a case to the matching builder in config.go.
 //
 // Work is bounded: a tokenizer.json larger than MaxFileBytes, an id outside
 // [0, MaxVocabSize) and a text longer than MaxInputBytes are rejected, and a

@@ -39,15 +39,19 @@ type truncationSpec struct {
 // Tokenizer encodes text as a Hugging Face tokenizer.json describes. It is
 // immutable and safe for concurrent use.
 type Tokenizer struct {
-	normalizer Normalizer       // nil: text is used as is
-	pre        PreTokenizer     // nil: each text segment is one word
-	model      Model            // never nil
-	post       PostProcessor    // nil: no special tokens are added
-	truncation *truncationSpec  // nil: no truncation unless asked
-	raw        matcher          // added tokens matched in the raw text
-	normalized matcher          // added tokens matched in normalised text
-	added      map[string]int64 // added token content -> id
-	idToToken  []string         // id -> token; "" for unused ids
+	normalizer Normalizer         // nil: text is used as is
+	pre        PreTokenizer       // nil: each text segment is one word
+	model      Model              // never nil
+	post       PostProcessor      // nil: no special tokens are added
+	truncation *truncationSpec    // nil: no truncation unless asked
+	raw        matcher            // added tokens matched in the raw text
+	normalized matcher            // added tokens matched in normalised text
+	added      map[string]int64   // added token content -> id
+	special    map[int64]struct{} // ids of added tokens marked special
+	idToToken  []string           // id -> token; "" for unused ids
+	decoder    Decoder            // nil: tokens are concatenated
+	// decoderUnsupported names a decoder this package cannot run ("" if none).
+	decoderUnsupported string
 }
 
 // Encode tokenizes text, adds the special tokens and truncates the result
@@ -90,6 +94,16 @@ func (t *Tokenizer) Encode(text string, maxTokens int) (Encoding, error) {
 	}
 	out, types := t.post.Process(ids)
 	return Encoding{IDs: out, TypeIDs: types}, nil
+}
+
+// EncodeContent tokenizes text without adding special tokens and without
+// truncation, as Hugging Face's encode(text, add_special_tokens=False) does
+// (chat prompts carry their special tokens in the rendered text).
+func (t *Tokenizer) EncodeContent(text string) ([]int64, error) {
+	if len(text) > MaxInputBytes {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrInputTooLarge, len(text), MaxInputBytes)
+	}
+	return t.encodeContent(strings.ToValidUTF8(text, "\uFFFD"), -1, false), nil
 }
 
 // encodeContent returns the ids of text without special tokens. With a

@@ -251,11 +251,17 @@ func TestLoadErrors(t *testing.T) {
 		name, want string
 		edit       func(m map[string]any)
 	}{
-		{"bpe model", `unsupported model type "BPE"`, func(m map[string]any) {
-			m["model"] = map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0}, "merges": []any{}}
+		{"unknown model", `unsupported model type "Unigram"`, func(m map[string]any) {
+			m["model"] = map[string]any{"type": "Unigram", "vocab": []any{}}
 		}},
-		{"untyped bpe model", `unsupported model type "BPE"`, func(m map[string]any) {
-			m["model"] = map[string]any{"vocab": map[string]any{"a": 0}, "merges": []any{}}
+		{"bpe merge out of vocabulary", `makes "ab", which is not in the vocabulary`, func(m map[string]any) {
+			m["model"] = map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0, "b": 1}, "merges": []any{"a b"}}
+		}},
+		{"untyped bpe model with a bad merge", `want two tokens`, func(m map[string]any) {
+			m["model"] = map[string]any{"vocab": map[string]any{"a": 0}, "merges": []any{"a"}}
+		}},
+		{"bpe dropout", `dropout`, func(m map[string]any) {
+			m["model"] = map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0}, "merges": []any{}, "dropout": 0.1}
 		}},
 		{"missing unk", `unk_token "[NOPE]"`, func(m map[string]any) {
 			m["model"].(map[string]any)["unk_token"] = "[NOPE]"
@@ -263,8 +269,14 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown normalizer", `unsupported normalizer type "Precompiled"`, func(m map[string]any) {
 			m["normalizer"] = map[string]any{"type": "Precompiled"}
 		}},
-		{"unknown pre-tokenizer", `unsupported pre_tokenizer type "ByteLevel"`, func(m map[string]any) {
-			m["pre_tokenizer"] = map[string]any{"type": "ByteLevel"}
+		{"unknown pre-tokenizer", `unsupported pre_tokenizer type "Metaspace"`, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace"}
+		}},
+		{"bad split pattern", `pattern`, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "(?<"}, "behavior": "Isolated"}
+		}},
+		{"bad split behavior", `unknown split behavior`, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Sideways"}
 		}},
 		{"negative id", "outside", func(m map[string]any) {
 			m["model"].(map[string]any)["vocab"].(map[string]any)["bad"] = -1

@@ -1,0 +1,338 @@
+package onnx
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/chat"
+	"github.com/infermesh/infermesh/node/engine/tokenizer"
+)
+
+// Decoder input and output names, as Optimum / onnx-community export
+// decoder-only models (Llama, Qwen2, SmolLM, ...).
+const (
+	positionIDs     = "position_ids"
+	useCacheBranch  = "use_cache_branch"
+	logitsOutput    = "logits"
+	defaultContext  = 2048
+	defaultMaxOut   = 1024
+	logitsChunkSize = 8 << 20 // floats of prompt logits per prefill run
+)
+
+// decoder serves a chat model on one ONNX Runtime session shared by all
+// requests; each request keeps its own KV cache (see kvStream).
+type decoder struct {
+	id        string
+	model     *chat.Model
+	sess      *ort.DynamicAdvancedSession
+	inputs    []string // session input order
+	outputs   []string // logits, then present.N.key, present.N.value, ...
+	layers    int
+	kvHeads   int
+	headDim   int
+	vocabRows int // logits width
+	positions bool
+	branch    bool // use_cache_branch input (merged decoders)
+	slots     chan struct{}
+
+	life   sync.RWMutex // runs hold it for reading, Close for writing
+	closed bool
+}
+
+// LoadChat builds a chat engine from spec: Files["model"] is a decoder-only
+// ONNX model with inputs input_ids, attention_mask, optionally position_ids
+// and use_cache_branch, and past_key_values.N.key|value (float32
+// [batch, kv_heads, past, head_dim]); outputs logits and
+// present.N.key|value. Files["tokenizer"] is a byte-level BPE
+// tokenizer.json; optional Files["tokenizer_config"] holds the chat
+// template and Files["generation_config"] the end-of-sequence ids. Options:
+// context_window (default 2048), max_output (default 1024) and concurrency
+// (requests decoding at once, default the number of CPUs). The layer and
+// head counts come from the model's inputs.
+func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("onnx: runtime is closed")
+	}
+	if spec.Task != "" && spec.Task != engine.TaskChat {
+		return nil, fmt.Errorf("onnx: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskChat)
+	}
+	d, err := newDecoder(spec)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+	}
+	if err := d.openSession(r, filepath.Join(spec.Dir, spec.Files["model"])); err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+	}
+	if d.vocabRows < d.model.Tok.VocabSize() {
+		d.sess.Destroy()
+		return nil, fmt.Errorf("onnx: %s: the model has %d logits but the tokenizer %d tokens", spec.ID, d.vocabRows, d.model.Tok.VocabSize())
+	}
+	return d, nil
+}
+
+// newDecoder reads the tokenizer, template, generation config and options.
+func newDecoder(spec engine.Spec) (*decoder, error) {
+	if spec.Files["model"] == "" || spec.Files["tokenizer"] == "" {
+		return nil, fmt.Errorf("spec needs files \"model\" and \"tokenizer\"")
+	}
+	tok, err := tokenizer.Load(filepath.Join(spec.Dir, spec.Files["tokenizer"]))
+	if err != nil {
+		return nil, err
+	}
+	var cfg chat.TokenizerConfig
+	if f := spec.Files["tokenizer_config"]; f != "" {
+		if cfg, err = chat.LoadTokenizerConfig(filepath.Join(spec.Dir, f)); err != nil {
+			return nil, err
+		}
+	}
+	var fallback chat.Format
+	if _, ok := tok.TokenToID("<|im_start|>"); ok {
+		fallback = chat.FormatChatML
+	} else if _, ok := tok.TokenToID("<|start_header_id|>"); ok {
+		fallback = chat.FormatLlama3
+	}
+	tpl, err := chat.NewTemplate(cfg, fallback)
+	if err != nil {
+		return nil, err
+	}
+	eos, err := eosIDs(spec, tok, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctxWin, err := intOption(spec.Options, "context_window", defaultContext, 2, chat.MaxContextTokens)
+	if err != nil {
+		return nil, err
+	}
+	maxOut, err := intOption(spec.Options, "max_output", min(defaultMaxOut, ctxWin), 1, min(ctxWin, chat.MaxOutputTokensLimit))
+	if err != nil {
+		return nil, err
+	}
+	conc, err := intOption(spec.Options, "concurrency", runtime.NumCPU(), 1, 1024)
+	if err != nil {
+		return nil, err
+	}
+	m, err := chat.NewModel(tok, tpl, eos, ctxWin, maxOut)
+	if err != nil {
+		return nil, err
+	}
+	return &decoder{id: spec.ID, model: m, slots: make(chan struct{}, conc)}, nil
+}
+
+// eosIDs collects the end-of-sequence ids from generation_config.json
+// (eos_token_id: a number or a list) and tokenizer_config.json's eos_token.
+func eosIDs(spec engine.Spec, tok *tokenizer.Tokenizer, cfg chat.TokenizerConfig) ([]int64, error) {
+	var ids []int64
+	if f := spec.Files["generation_config"]; f != "" {
+		data, err := os.ReadFile(filepath.Join(spec.Dir, f))
+		if err != nil {
+			return nil, err
+		}
+		var g struct {
+			EOS json.RawMessage `json:"eos_token_id"`
+		}
+		if err := json.Unmarshal(data, &g); err != nil {
+			return nil, fmt.Errorf("generation_config: %w", err)
+		}
+		var one int64
+		var many []int64
+		switch {
+		case len(g.EOS) == 0 || string(g.EOS) == "null":
+		case json.Unmarshal(g.EOS, &one) == nil:
+			ids = append(ids, one)
+		case json.Unmarshal(g.EOS, &many) == nil:
+			ids = append(ids, many...)
+		default:
+			return nil, fmt.Errorf("generation_config: eos_token_id must be a number or a list")
+		}
+	}
+	if cfg.EOSToken != "" {
+		if id, ok := tok.TokenToID(cfg.EOSToken); ok && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		if id < 0 || id >= int64(tok.VocabSize()) {
+			return nil, fmt.Errorf("eos id %d is outside the vocabulary", id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("no end-of-sequence token: set eos_token_id in generation_config.json or eos_token in tokenizer_config.json")
+	}
+	return ids, nil
+}
+
+// pastLayer parses past_key_values.N.key|value and returns N.
+func pastLayer(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "past_key_values.")
+	if !ok {
+		return 0, false
+	}
+	num, kind, ok := strings.Cut(rest, ".")
+	if !ok || kind != "key" && kind != "value" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n > 1024 || strconv.Itoa(n) != num {
+		return 0, false
+	}
+	return n, true
+}
+
+// openSession reads the model's signature (layers, kv heads, head size,
+// vocabulary rows) with a probe session, then creates the real one.
+func (d *decoder) openSession(r *Runtime, path string) error {
+	probe, err := ort.NewSessionOptions()
+	if err != nil {
+		return err
+	}
+	defer probe.Destroy()
+	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
+		return err
+	}
+	ins, outs, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	if err != nil {
+		return fmt.Errorf("read model %s: %w", path, err)
+	}
+	have := map[string]bool{}
+	past := map[int]int{} // layer -> key/value inputs seen
+	for _, in := range ins {
+		have[in.Name] = true
+		switch in.Name {
+		case inputIDs, attentionMask, positionIDs:
+			if in.DataType != ort.TensorElementDataTypeInt64 {
+				return fmt.Errorf("input %s is %s, want int64", in.Name, in.DataType)
+			}
+			d.positions = d.positions || in.Name == positionIDs
+			continue
+		case useCacheBranch:
+			d.branch = true
+			continue
+		}
+		layer, ok := pastLayer(in.Name)
+		if !ok {
+			return fmt.Errorf("model input %q is not supported (want %s, %s, %s, past_key_values.N.key|value)", in.Name, inputIDs, attentionMask, positionIDs)
+		}
+		if in.DataType != ort.TensorElementDataTypeFloat {
+			return fmt.Errorf("input %s is %s: only float32 key/value caches are supported", in.Name, in.DataType)
+		}
+		dims := in.Dimensions
+		if len(dims) != 4 || dims[1] <= 0 || dims[3] <= 0 {
+			return fmt.Errorf("input %s has shape %v, want [batch, kv_heads, past, head_dim] with static heads and size", in.Name, dims)
+		}
+		if d.kvHeads == 0 {
+			d.kvHeads, d.headDim = int(dims[1]), int(dims[3])
+		} else if int(dims[1]) != d.kvHeads || int(dims[3]) != d.headDim {
+			return fmt.Errorf("input %s has shape %v, unlike the other layers' [_, %d, _, %d]", in.Name, dims, d.kvHeads, d.headDim)
+		}
+		past[layer]++
+	}
+	if !have[inputIDs] || !have[attentionMask] {
+		return fmt.Errorf("model needs inputs %s and %s", inputIDs, attentionMask)
+	}
+	d.layers = len(past)
+	if d.layers == 0 {
+		return fmt.Errorf("model has no past_key_values inputs (export it with the KV cache, e.g. Optimum's text-generation-with-past)")
+	}
+	d.inputs = []string{inputIDs, attentionMask}
+	if d.positions {
+		d.inputs = append(d.inputs, positionIDs)
+	}
+	if d.branch {
+		d.inputs = append(d.inputs, useCacheBranch)
+	}
+	d.outputs = []string{logitsOutput}
+	outByName := map[string]ort.InputOutputInfo{}
+	for _, o := range outs {
+		outByName[o.Name] = o
+	}
+	for l := range d.layers {
+		if past[l] != 2 {
+			return fmt.Errorf("model lacks past_key_values.%d.key or .value", l)
+		}
+		for _, kind := range []string{"key", "value"} {
+			d.inputs = append(d.inputs, fmt.Sprintf("past_key_values.%d.%s", l, kind))
+			name := fmt.Sprintf("present.%d.%s", l, kind)
+			if _, ok := outByName[name]; !ok {
+				return fmt.Errorf("model lacks output %s", name)
+			}
+			d.outputs = append(d.outputs, name)
+		}
+	}
+	lo, ok := outByName[logitsOutput]
+	if !ok || len(lo.Dimensions) != 3 || lo.Dimensions[2] <= 0 || lo.DataType != ort.TensorElementDataTypeFloat {
+		return fmt.Errorf("model needs a float output %s [batch, sequence, vocab] with a static vocabulary size", logitsOutput)
+	}
+	d.vocabRows = int(lo.Dimensions[2])
+	opts, err := r.SessionOptions()
+	if err != nil {
+		return err
+	}
+	defer opts.Destroy()
+	d.sess, err = ort.NewDynamicAdvancedSession(path, d.inputs, d.outputs, opts)
+	if err != nil {
+		return fmt.Errorf("create session: %w", err)
+	}
+	return nil
+}
+
+// ID returns the model id.
+func (d *decoder) ID() string { return d.id }
+
+// ContextWindow is the most tokens prompt plus completion may take.
+func (d *decoder) ContextWindow() int { return d.model.ContextWindow }
+
+// MaxOutputTokens is the default and largest completion.
+func (d *decoder) MaxOutputTokens() int { return d.model.MaxOutput }
+
+// Close waits for running steps and frees the session. Requests still
+// generating fail with errEngineClosed at their next step.
+func (d *decoder) Close() error {
+	d.life.Lock()
+	defer d.life.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	return d.sess.Destroy()
+}
+
+// Chat validates and renders the request, waits for a decoding slot and
+// runs the decode loop on a KV cache of its own.
+func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func(engine.ChatDelta) error) (engine.ChatResponse, error) {
+	plan, err := d.model.Prepare(req)
+	if err != nil {
+		return engine.ChatResponse{}, err
+	}
+	select {
+	case d.slots <- struct{}{}:
+	case <-ctx.Done():
+		return engine.ChatResponse{}, ctx.Err()
+	}
+	defer func() { <-d.slots }()
+	kv, err := d.newStream(len(plan.Prompt) + plan.MaxTokens)
+	if err != nil {
+		return engine.ChatResponse{}, err
+	}
+	defer kv.close()
+	stop := context.AfterFunc(ctx, func() { _ = kv.opts.Terminate() })
+	defer stop()
+	resp, err := d.model.Generate(ctx, plan, kv, onDelta)
+	if err != nil && ctx.Err() != nil {
+		return resp, ctx.Err()
+	}
+	return resp, err
+}

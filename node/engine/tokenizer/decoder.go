@@ -1,0 +1,200 @@
+package tokenizer
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Decoder turns token strings back into text bytes (tokenizer.json's
+// "decoder"). The bytes may end inside a UTF-8 sequence.
+type Decoder interface {
+	Decode(dst []byte, tokens []string) []byte
+	// PerToken reports whether decoding a sequence equals concatenating
+	// the decodings of its tokens one by one, which streaming and
+	// constrained decoding rely on.
+	PerToken() bool
+}
+
+// ByteLevelDecoder is Hugging Face's ByteLevel decoder: each character of
+// a token stands for one byte.
+type ByteLevelDecoder struct {
+	alphabet *byteLevelAlphabet
+}
+
+// NewByteLevelDecoder builds a ByteLevel decoder.
+func NewByteLevelDecoder() ByteLevelDecoder {
+	return ByteLevelDecoder{alphabet: newByteLevelAlphabet()}
+}
+
+// Decode maps every token's characters back to bytes.
+func (d ByteLevelDecoder) Decode(dst []byte, tokens []string) []byte {
+	for _, t := range tokens {
+		dst = d.alphabet.decode(dst, t)
+	}
+	return dst
+}
+
+// PerToken is true: each token decodes on its own.
+func (ByteLevelDecoder) PerToken() bool { return true }
+
+// WordPieceDecoder is Hugging Face's WordPiece decoder: tokens are joined
+// with spaces, except that continuation pieces (Prefix) are glued to the
+// previous token; Cleanup removes the spaces English tokenization puts
+// before punctuation and inside contractions.
+type WordPieceDecoder struct {
+	Prefix  string
+	Cleanup bool
+}
+
+// Decode joins the tokens.
+func (d WordPieceDecoder) Decode(dst []byte, tokens []string) []byte {
+	var b strings.Builder
+	for i, t := range tokens {
+		if i > 0 {
+			if rest, ok := strings.CutPrefix(t, d.Prefix); ok && d.Prefix != "" {
+				t = rest
+			} else {
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteString(t)
+	}
+	s := b.String()
+	if d.Cleanup {
+		s = cleanupSpaces.Replace(s)
+	}
+	return append(dst, s...)
+}
+
+// PerToken is false: spaces depend on the neighbouring tokens.
+func (WordPieceDecoder) PerToken() bool { return false }
+
+// cleanupSpaces is Hugging Face's clean_up_tokenization.
+var cleanupSpaces = strings.NewReplacer(" .", ".", " ?", "?", " !", "!", " ,", ",", " ' ", "'", " n't", "n't", " 'm", "'m", " 's", "'s", " 've", "'ve", " 're", "'re")
+
+// concatDecode is decoding without a decoder: the tokens side by side.
+func concatDecode(dst []byte, tokens []string) []byte {
+	for _, t := range tokens {
+		dst = append(dst, t...)
+	}
+	return dst
+}
+
+// Decode turns ids back into text. Unknown ids are skipped; with
+// skipSpecial, special tokens (added tokens marked special) are too. Bytes
+// that are not valid UTF-8 become U+FFFD, one per byte.
+func (t *Tokenizer) Decode(ids []int64, skipSpecial bool) string {
+	tokens := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if skipSpecial && t.IsSpecial(id) {
+			continue
+		}
+		if tok, ok := t.IDToToken(id); ok {
+			tokens = append(tokens, tok)
+		}
+	}
+	var raw []byte
+	if t.decoder == nil {
+		raw = concatDecode(nil, tokens)
+	} else {
+		raw = t.decoder.Decode(nil, tokens)
+	}
+	s, _ := validPrefix(raw, true)
+	return s
+}
+
+// PerTokenDecoding reports whether a token's text is independent of its
+// neighbours (byte-level BPE), so TokenBytes and DecodeStream are exact.
+func (t *Tokenizer) PerTokenDecoding() bool {
+	if t.decoderUnsupported != "" {
+		return false
+	}
+	return t.decoder == nil || t.decoder.PerToken()
+}
+
+// TokenBytes returns the bytes token id decodes to on its own (possibly a
+// partial UTF-8 sequence), or nil for an unknown id. Special tokens decode
+// to their content.
+func (t *Tokenizer) TokenBytes(id int64) []byte {
+	tok, ok := t.IDToToken(id)
+	if !ok {
+		return nil
+	}
+	if t.decoder == nil {
+		return []byte(tok)
+	}
+	return t.decoder.Decode(nil, []string{tok})
+}
+
+// IsSpecial reports whether id is an added token marked special.
+func (t *Tokenizer) IsSpecial(id int64) bool {
+	_, ok := t.special[id]
+	return ok
+}
+
+// SpecialIDs returns the ids of the special added tokens.
+func (t *Tokenizer) SpecialIDs() []int64 {
+	out := make([]int64, 0, len(t.special))
+	for id := range t.special {
+		out = append(out, id)
+	}
+	return out
+}
+
+// DecodeStream decodes ids one at a time for streaming, never emitting a
+// partial UTF-8 sequence: bytes that may still complete a character are
+// held until the next token (or Flush). The concatenation of everything it
+// returns equals Decode of the same ids when the tokenizer decodes per
+// token. It is not safe for concurrent use.
+type DecodeStream struct {
+	tok         *Tokenizer
+	skipSpecial bool
+	pending     []byte
+}
+
+// NewDecodeStream starts an incremental decoding.
+func (t *Tokenizer) NewDecodeStream(skipSpecial bool) *DecodeStream {
+	return &DecodeStream{tok: t, skipSpecial: skipSpecial}
+}
+
+// Add decodes one more id and returns the text that is now complete.
+func (d *DecodeStream) Add(id int64) string {
+	if d.skipSpecial && d.tok.IsSpecial(id) {
+		return ""
+	}
+	d.pending = append(d.pending, d.tok.TokenBytes(id)...)
+	s, n := validPrefix(d.pending, false)
+	d.pending = append(d.pending[:0], d.pending[n:]...)
+	return s
+}
+
+// Flush returns what is held back, with an unfinished character as U+FFFD.
+func (d *DecodeStream) Flush() string {
+	s, _ := validPrefix(d.pending, true)
+	d.pending = d.pending[:0]
+	return s
+}
+
+// validPrefix converts b to text, one U+FFFD per invalid byte, up to the
+// first place where the rest could still become a character (all of b when
+// final) and returns how many bytes it used. Because a rune is decoded
+// only once its bytes are fully known (utf8.FullRune), the result does not
+// depend on where b was cut.
+func validPrefix(b []byte, final bool) (string, int) {
+	var sb strings.Builder
+	i := 0
+	for i < len(b) {
+		if !final && !utf8.FullRune(b[i:]) {
+			break
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			sb.WriteRune(utf8.RuneError)
+			i++
+			continue
+		}
+		sb.Write(b[i : i+size])
+		i += size
+	}
+	return sb.String(), i
+}
