@@ -22,11 +22,12 @@ deps:
 assets: deps
 	scripts/assets.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
+	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
 # models installed into ./data.
 run: build assets
-	@for m in isnet tiny-bert; do \
+	@for m in isnet tiny-bert tiny-llama; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
 	$(BIN) serve --data-dir $(DATA)
@@ -41,6 +42,9 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseEmbeddings$$' -fuzztime 10s ./node/api
 	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./node/imagecodec
 	go test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime 10s ./node/engine/tokenizer
+	go test -run '^$$' -fuzz '^FuzzEncodeBPE$$' -fuzztime 10s ./node/engine/tokenizer
+	go test -run '^$$' -fuzz '^FuzzSchemaAutomaton$$' -fuzztime 10s ./node/engine/chat
+	go test -run '^$$' -fuzz '^FuzzParseChat$$' -fuzztime 10s ./node/api
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...

@@ -86,6 +86,15 @@ func (n *Node) Embedder(ctx context.Context, id string) (engine.Embedder, error)
 	return e.(engine.Embedder), nil
 }
 
+// Chatter returns the chat engine of a model.
+func (n *Node) Chatter(ctx context.Context, id string) (engine.Chatter, error) {
+	e, err := n.engines.get(ctx, id, engine.TaskChat)
+	if err != nil {
+		return nil, err
+	}
+	return e.(engine.Chatter), nil
+}
+
 // BackgroundRemover returns the background-removal engine of a model, or
 // of the first installed one when id is empty.
 func (n *Node) BackgroundRemover(ctx context.Context, id string) (engine.BackgroundRemover, string, error) {

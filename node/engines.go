@@ -109,6 +109,8 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				eng, err = rt.LoadEmbedder(spec)
 			case engine.TaskBackgroundRemoval:
 				eng, err = rt.LoadBackgroundRemover(spec)
+			case engine.TaskChat:
+				eng, err = rt.LoadChat(spec)
 			default:
 				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
 			}

@@ -49,6 +49,8 @@ type Backend interface {
 	DefaultModel(task string) string
 	// Embedder returns this node's embeddings engine for a model id.
 	Embedder(ctx context.Context, id string) (engine.Embedder, error)
+	// Chatter returns this node's chat engine for a model id.
+	Chatter(ctx context.Context, id string) (engine.Chatter, error)
 	// BackgroundRemover returns the background-removal engine for an id;
 	// id "" asks for the default one. It returns ErrModelNotFound when no
 	// such engine is installed at all.
