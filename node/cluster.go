@@ -4,10 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
@@ -90,7 +95,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		AdvertiseAddr: rpcAddr,
 		DataDir:       cfg.DataDir,
 		RaftListener:  c.mux.Raft(),
-		Join:          len(cfg.Join) > 0,
+		Join:          len(n.joinAddrs()) > 0,
 		Voters:        cfg.Voters,
 		Members:       memberSource{n},
 		ClusterSecret: secret,
@@ -113,7 +118,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		HTTPAddr:      net.JoinHostPort(host, portOf(httpAddr)),
 		RPCAddr:       rpcAddr,
 		Version:       cfg.Version,
-		Join:          cfg.Join,
+		Join:          n.joinAddrs(),
 		AdvertiseAddr: cfg.Advertise,
 	}
 	if cfg.GossipKey != "" {
@@ -192,9 +197,54 @@ func isLoopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// peersFile remembers the gossip addresses of the last known peers, so a
+// restarted node finds its mesh even when the nodes named by --join are gone.
+func (n *Node) peersFile() string { return filepath.Join(n.cfg.DataDir, "mesh-peers.json") }
+
+// joinAddrs is --join plus the remembered peers.
+func (n *Node) joinAddrs() []string {
+	out := append([]string(nil), n.cfg.Join...)
+	b, err := os.ReadFile(n.peersFile())
+	if err != nil {
+		return out
+	}
+	var known []string
+	if json.Unmarshal(b, &known) != nil {
+		return out
+	}
+	for _, a := range known {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// rememberPeers writes the current peers' gossip addresses.
+func (n *Node) rememberPeers() {
+	var addrs []string
+	for _, p := range n.cluster.mesh.Peers() {
+		if !p.Self && p.GossipAddr != "" {
+			addrs = append(addrs, p.GossipAddr)
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	sort.Strings(addrs)
+	b, _ := json.Marshal(addrs)
+	tmp := n.peersFile() + ".tmp"
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		os.Rename(tmp, n.peersFile())
+	}
+}
+
 // relayMembership turns mesh events into raft membership hooks.
 func (n *Node) relayMembership(sub *mesh.Subscription) {
 	for ev := range sub.C {
+		if ev.Type == mesh.EventJoin {
+			n.rememberPeers()
+		}
 		p := ev.Peer
 		if p.ID == n.cfg.NodeID {
 			continue

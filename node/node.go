@@ -68,6 +68,7 @@ func New(cfg Config) (*Node, error) {
 	n.api = api.New(api.Options{
 		Backend:     n,
 		Dispatcher:  n,
+		Governance:  n,
 		Batches:     n.batches,
 		Logger:      n.log,
 		Registry:    n.reg,

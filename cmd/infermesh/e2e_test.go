@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 
 // proc is one running infermesh process.
 type proc struct {
+	id     string
 	cmd    *exec.Cmd
 	addr   string
 	stderr *bytes.Buffer
@@ -77,13 +78,26 @@ func startNodeArgs(t *testing.T, id string, models []string, args ...string) *pr
 			t.Fatalf("import %s: %v\n%s", m, err, out)
 		}
 	}
-	cmd := exec.Command(binPath, append([]string{"serve", "--data-dir", data, "--node-id", id}, args...)...)
+	return launch(t, id, append([]string{"serve", "--data-dir", data, "--node-id", id}, args...))
+}
+
+// restartProc starts a stopped node again with its command line and data
+// directory.
+func restartProc(t *testing.T, p *proc) *proc {
+	t.Helper()
+	return launch(t, p.id, p.cmd.Args[1:])
+}
+
+// launch runs the binary with args and waits until it listens.
+func launch(t *testing.T, id string, args []string) *proc {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	p := &proc{id: id, cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)

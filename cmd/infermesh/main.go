@@ -29,6 +29,8 @@ Usage:
   infermesh models list            list the models installed in a data dir
   infermesh models rm ID           remove an installed model
   infermesh members [--node URL]   list the mesh's nodes, their state, load and warm models
+  infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N] [--monthly-budget X]
+  infermesh keys list | revoke ID  manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
   infermesh version                print the version
 `
 
@@ -44,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return modelsCmd(args[1:], stdout, stderr)
 	case "members":
 		return membersCmd(args[1:], stdout, stderr)
+	case "keys":
+		return keysCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "infermesh", version)
 		return 0

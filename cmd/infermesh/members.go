@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"text/tabwriter"
-	"time"
 )
 
 // nodeURL is the base URL admin subcommands talk to: --node, else
@@ -21,24 +19,7 @@ func nodeFlag(f *envFlags) *string {
 // getJSON fetches path from a node and decodes the JSON answer into v,
 // turning an OpenAI error body into an error.
 func getJSON(base, path string, v any) error {
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get(strings.TrimRight(base, "/") + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		json.Unmarshal(b, &e)
-		return fmt.Errorf("%s: %d %s", path, resp.StatusCode, e.Error.Message)
-	}
-	return json.Unmarshal(b, v)
+	return adminCall(base, http.MethodGet, path, nil, v)
 }
 
 // membersCmd prints the mesh as one node sees it.

@@ -52,6 +52,7 @@ func (s *Server) routes() chi.Router {
 		// Canonical ids contain slashes: <runtime>/<family>/<variant>.
 		r.Get("/models/{runtime}/{family}/{variant}", s.getModel)
 
+		s.adminRoutes(r)
 		r.Get("/server/members", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.opt.Backend.Members()})
 		})

@@ -105,6 +105,9 @@ type Options struct {
 	// Dispatcher routes model requests across the mesh; nil serves every
 	// request on this node.
 	Dispatcher Dispatcher
+	// Governance serves the admin routes (keys, usage, state digest); nil
+	// leaves them unmapped.
+	Governance Governance
 	// Batches runs background embedding jobs.
 	Batches BatchJobs
 	// Dashboard mounts /dashboard when true.

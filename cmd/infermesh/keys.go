@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// keysCmd manages API keys through any node's admin API. The admin key is
+// taken from SERVICE_ADMIN_KEY (a loopback-only node accepts its own
+// computer's callers without one).
+func keysCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	sub := args[0]
+	f := newEnvFlags("keys " + sub)
+	f.fs.SetOutput(stderr)
+	base := nodeFlag(f)
+	var req struct {
+		Name          string   `json:"name"`
+		App           string   `json:"app,omitempty"`
+		Admin         bool     `json:"admin,omitempty"`
+		Allow         []string `json:"allow,omitempty"`
+		RPM           int64    `json:"rpm,omitempty"`
+		DailyQuota    int64    `json:"daily_quota,omitempty"`
+		MonthlyBudget float64  `json:"monthly_budget,omitempty"`
+	}
+	if sub == "create" {
+		f.fs.StringVar(&req.Name, "name", "", "key name (required)")
+		f.fs.StringVar(&req.App, "app", "", "application the key belongs to")
+		f.fs.BoolVar(&req.Admin, "admin", false, "may use the admin API")
+		f.fs.Func("allow", "endpoint allowlist, comma-separated (chat, embeddings, images, audio, vision, models, pull, usage)", func(s string) error {
+			req.Allow = append(req.Allow, splitList(s)...)
+			return nil
+		})
+		f.fs.Int64Var(&req.RPM, "rpm", 0, "requests per minute (0: unlimited)")
+		f.fs.Int64Var(&req.DailyQuota, "daily-quota", 0, "counted requests per UTC day (0: unlimited)")
+		f.fs.Float64Var(&req.MonthlyBudget, "monthly-budget", 0, "estimated cost per month (0: unlimited)")
+	}
+	rest := args[1:]
+	var pos []string
+	for len(rest) > 0 {
+		if err := f.fs.Parse(rest); err != nil {
+			return 2
+		}
+		rest = f.fs.Args()
+		if len(rest) > 0 {
+			pos, rest = append(pos, rest[0]), rest[1:]
+		}
+	}
+	var err error
+	switch {
+	case sub == "create" && len(pos) == 0:
+		var out map[string]any
+		if err = adminCall(*base, http.MethodPost, "/v1/server/keys", req, &out); err == nil {
+			fmt.Fprintf(stdout, "created %v (%v)\nkey: %v\nThe key is shown only now; store it safely.\n", out["id"], out["name"], out["key"])
+		}
+	case sub == "list" && len(pos) == 0:
+		var out struct {
+			Data []struct {
+				ID, Name, App  string
+				Admin, Revoked bool
+				Allow          []string
+			} `json:"data"`
+		}
+		if err = adminCall(*base, http.MethodGet, "/v1/server/keys", nil, &out); err == nil {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tAPP\tADMIN\tALLOW\tREVOKED")
+			for _, k := range out.Data {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%v\n", k.ID, k.Name, k.App, k.Admin, strings.Join(k.Allow, ","), k.Revoked)
+			}
+			tw.Flush()
+		}
+	case sub == "revoke" && len(pos) == 1:
+		if err = adminCall(*base, http.MethodDelete, "/v1/server/keys/"+pos[0], nil, nil); err == nil {
+			fmt.Fprintf(stdout, "revoked %s\n", pos[0])
+		}
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "infermesh keys %s: %v\n", sub, err)
+		return 1
+	}
+	return 0
+}
+
+// adminCall sends a JSON request with SERVICE_ADMIN_KEY and decodes the answer.
+func adminCall(base, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, strings.TrimRight(base, "/")+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if k := os.Getenv("SERVICE_ADMIN_KEY"); k != "" {
+		req.Header.Set("Authorization", "Bearer "+k)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		json.Unmarshal(b, &e)
+		return fmt.Errorf("%d %s", resp.StatusCode, e.Error.Message)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}

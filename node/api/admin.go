@@ -1,0 +1,154 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Governance is the replicated state behind the admin routes: keys, usage
+// and the cluster's state digest. Writes go through raft on the node.
+type Governance interface {
+	CreateKey(ctx context.Context, req KeyRequest) (KeyInfo, string, error)
+	Keys() []KeyInfo
+	Key(id string) (KeyInfo, bool)
+	RevokeKey(ctx context.Context, id string) (KeyInfo, error)
+	Usage(by string) (any, error)
+	StateDigest() map[string]any
+}
+
+// Governance errors the node returns; the admin routes map them to statuses.
+var (
+	// ErrNoLeader: the write could not reach a raft leader (503).
+	ErrNoLeader = errors.New("no reachable leader for the write; retry shortly")
+	// ErrNotFound: no such key (404).
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the write was refused as invalid (400).
+	ErrInvalid = errors.New("invalid")
+)
+
+// KeyRequest creates an API key.
+type KeyRequest struct {
+	Name          string   `json:"name"`
+	App           string   `json:"app,omitempty"`
+	Admin         bool     `json:"admin,omitempty"`
+	Allow         []string `json:"allow,omitempty"`
+	RPM           int64    `json:"rpm,omitempty"`
+	DailyQuota    int64    `json:"daily_quota,omitempty"`
+	MonthlyBudget float64  `json:"monthly_budget,omitempty"`
+	ExpiresAt     int64    `json:"expires_at,omitempty"`
+}
+
+// KeyInfo describes a stored key; the plaintext is never part of it.
+type KeyInfo struct {
+	ID            string   `json:"id"`
+	Object        string   `json:"object"`
+	Name          string   `json:"name"`
+	App           string   `json:"app"`
+	Admin         bool     `json:"admin"`
+	Allow         []string `json:"allow"`
+	RPM           int64    `json:"rpm"`
+	DailyQuota    int64    `json:"daily_quota"`
+	MonthlyBudget float64  `json:"monthly_budget"`
+	ExpiresAt     *int64   `json:"expires_at"`
+	CreatedAt     int64    `json:"created_at"`
+	Revoked       bool     `json:"revoked"`
+}
+
+func governanceError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrNoLeader):
+		e := Errorf(http.StatusServiceUnavailable, TypeServer, "no_leader", "", err.Error())
+		e.RetryAfter = 2
+		WriteError(w, e)
+	case errors.Is(err, ErrNotFound):
+		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "key_not_found", "id", err.Error()))
+	case errors.Is(err, ErrInvalid):
+		WriteError(w, BadRequest(CodeInvalidValue, "", err.Error()))
+	default:
+		writeErr(w, err)
+	}
+}
+
+func (s *Server) adminRoutes(r chi.Router) {
+	if s.opt.Governance == nil {
+		return
+	}
+	r.Post("/server/keys", s.createKey)
+	r.Get("/server/keys", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.opt.Governance.Keys()})
+	})
+	r.Get("/server/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, _ := url.PathUnescape(chi.URLParam(r, "id"))
+		k, ok := s.opt.Governance.Key(id)
+		if !ok {
+			governanceError(w, fmt.Errorf("no key %q: %w", id, ErrNotFound))
+			return
+		}
+		writeJSON(w, http.StatusOK, k)
+	})
+	r.Delete("/server/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, _ := url.PathUnescape(chi.URLParam(r, "id"))
+		k, err := s.opt.Governance.RevokeKey(r.Context(), id)
+		if err != nil {
+			governanceError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, k)
+	})
+	r.Get("/server/usage", func(w http.ResponseWriter, r *http.Request) {
+		by := r.URL.Query().Get("by")
+		if by == "" {
+			by = "app"
+		}
+		rows, err := s.opt.Governance.Usage(by)
+		if err != nil {
+			WriteError(w, BadRequest(CodeInvalidValue, "by", "'by' must be one of app, model, key, worker."))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "by": by, "data": rows})
+	})
+	r.Get("/server/state-digest", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.opt.Governance.StateDigest())
+	})
+}
+
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, MaxJSONBody)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req KeyRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	switch {
+	case req.Name == "":
+		WriteError(w, BadRequest(CodeMissingParam, "name", "A key needs a name."))
+		return
+	case len(req.Name) > 128 || len(req.App) > 128:
+		WriteError(w, BadRequest(CodeInvalidValue, "name", "name and app are at most 128 characters."))
+		return
+	case req.RPM < 0 || req.DailyQuota < 0 || req.MonthlyBudget < 0:
+		WriteError(w, BadRequest(CodeInvalidValue, "rpm", "Limits cannot be negative."))
+		return
+	case len(req.Allow) > 32:
+		WriteError(w, BadRequest(CodeInvalidValue, "allow", "At most 32 allowlist entries."))
+		return
+	}
+	info, key, err := s.opt.Governance.CreateKey(r.Context(), req)
+	if err != nil {
+		governanceError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		KeyInfo
+		Key string `json:"key"`
+	}{info, key})
+}

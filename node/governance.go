@@ -1,0 +1,135 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/auth"
+)
+
+// This file makes *Node the api.Governance over the raft group: writes go
+// through consensus.Apply (forwarded to the leader), reads are local.
+
+const microsPerUnit = 1_000_000
+
+func keyInfo(k consensus.Key) api.KeyInfo {
+	info := api.KeyInfo{ID: k.ID, Object: "api_key", Name: k.Name, App: k.App, Admin: k.Admin, Allow: k.Endpoints,
+		RPM: k.Limits.RPM, DailyQuota: k.Limits.DailyQuota, MonthlyBudget: float64(k.Limits.MonthlyBudgetMicros) / microsPerUnit,
+		CreatedAt: k.CreatedAt.Unix(), Revoked: k.Revoked}
+	if info.Allow == nil {
+		info.Allow = []string{}
+	}
+	if !k.ExpiresAt.IsZero() {
+		e := k.ExpiresAt.Unix()
+		info.ExpiresAt = &e
+	}
+	return info
+}
+
+// applyErr maps consensus errors onto the API's governance errors.
+func applyErr(err error) error {
+	switch {
+	case errors.Is(err, consensus.ErrNoLeader):
+		return fmt.Errorf("%w (%v)", api.ErrNoLeader, err)
+	case errors.Is(err, consensus.ErrNotFound):
+		return fmt.Errorf("%v: %w", err, api.ErrNotFound)
+	case errors.Is(err, consensus.ErrInvalid), errors.Is(err, consensus.ErrInvalidCommand):
+		return fmt.Errorf("%v: %w", err, api.ErrInvalid)
+	}
+	return err
+}
+
+// CreateKey generates a key, stores its hash through raft and returns the
+// plaintext once.
+func (n *Node) CreateKey(ctx context.Context, req api.KeyRequest) (api.KeyInfo, string, error) {
+	for _, a := range req.Allow {
+		if _, ok := auth.ParseClass(a); !ok {
+			return api.KeyInfo{}, "", fmt.Errorf("allowlist entry %q is not one of %v: %w", a, auth.AllowlistNames(), api.ErrInvalid)
+		}
+	}
+	plain, hash := auth.NewKey()
+	spec := consensus.KeySpec{Hash: consensus.KeyHash(hash), Name: req.Name, App: req.App, Admin: req.Admin, Endpoints: req.Allow,
+		Limits: consensus.Limits{RPM: req.RPM, DailyQuota: req.DailyQuota, MonthlyBudgetMicros: int64(req.MonthlyBudget * microsPerUnit)}}
+	if req.ExpiresAt > 0 {
+		spec.ExpiresAt = time.Unix(req.ExpiresAt, 0)
+	}
+	cmd, err := consensus.CreateKey(spec)
+	if err != nil {
+		return api.KeyInfo{}, "", fmt.Errorf("%v: %w", err, api.ErrInvalid)
+	}
+	res, err := n.cluster.raft.Apply(ctx, cmd)
+	if err != nil {
+		return api.KeyInfo{}, "", applyErr(err)
+	}
+	return keyInfo(*res.Key), plain, nil
+}
+
+// Keys lists the stored keys (never their plaintext).
+func (n *Node) Keys() []api.KeyInfo {
+	ks := n.cluster.raft.State().Keys()
+	out := make([]api.KeyInfo, 0, len(ks))
+	for _, k := range ks {
+		out = append(out, keyInfo(k))
+	}
+	return out
+}
+
+// Key returns one stored key.
+func (n *Node) Key(id string) (api.KeyInfo, bool) {
+	k, ok := n.cluster.raft.State().Key(id)
+	if !ok {
+		return api.KeyInfo{}, false
+	}
+	return keyInfo(k), true
+}
+
+// RevokeKey revokes a key for good, through raft.
+func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
+	cmd, err := consensus.RevokeKey(id)
+	if err != nil {
+		return api.KeyInfo{}, fmt.Errorf("%v: %w", err, api.ErrInvalid)
+	}
+	res, err := n.cluster.raft.Apply(ctx, cmd)
+	if err != nil {
+		return api.KeyInfo{}, applyErr(err)
+	}
+	return keyInfo(*res.Key), nil
+}
+
+// usageRow is one group of GET /v1/server/usage.
+type usageRow struct {
+	Group            string  `json:"group"`
+	Requests         int64   `json:"requests"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	EstimatedCost    float64 `json:"estimated_cost"`
+	Errors           int64   `json:"errors"`
+}
+
+// Usage groups the replicated usage totals by app, model, key or worker.
+func (n *Node) Usage(by string) (any, error) {
+	dim, err := consensus.ParseUsageDimension(by)
+	if err != nil {
+		return nil, err
+	}
+	rows := n.cluster.raft.State().Usage(dim)
+	out := make([]usageRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, usageRow{Group: r.Group, Requests: r.Requests, PromptTokens: r.InputTokens, CompletionTokens: r.OutputTokens,
+			EstimatedCost: float64(r.CostMicros) / microsPerUnit, Errors: r.Errors})
+	}
+	return out, nil
+}
+
+// StateDigest identifies this node's replicated state, for convergence checks.
+func (n *Node) StateDigest() map[string]any {
+	digest, index := n.cluster.raft.State().DigestAt()
+	return map[string]any{"node_id": n.cfg.NodeID, "digest": digest, "applied_index": index,
+		"leader": n.cluster.raft.Leader(), "is_leader": n.cluster.raft.IsLeader()}
+}
+
+var _ api.Governance = (*Node)(nil)
