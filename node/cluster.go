@@ -254,10 +254,13 @@ func (n *Node) relayMembership(sub *mesh.Subscription) {
 			if p.RPCAddr != "" {
 				n.cluster.raft.MemberJoined(p.ID, p.RPCAddr)
 			}
-		case mesh.EventFailed:
+		case mesh.EventFailed, mesh.EventLeave:
+			// A node that leaves gracefully is usually draining for a
+			// restart: it stays a raft voter until the reap timeout, like
+			// a failed one. Removing it at once shrinks the quorum, and
+			// with another voter down the group can lose its majority for
+			// good (the multi-process restart test hit exactly that).
 			n.cluster.raft.MemberFailed(p.ID)
-		case mesh.EventLeave:
-			n.cluster.raft.MemberLeft(p.ID)
 		}
 	}
 }
