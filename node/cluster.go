@@ -21,6 +21,7 @@ import (
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/dispatch"
 )
 
@@ -111,6 +112,11 @@ func (n *Node) startCluster(httpAddr string) error {
 		c.mux.Close()
 		return err
 	}
+	if err := n.startAdmission(); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	go n.ensureAdminKey(!rc.Join)
 
 	mc := mesh.Config{
 		NodeID:        cfg.NodeID,
@@ -301,6 +307,9 @@ func (n *Node) publishModels() {
 func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte) {
 	f := dispatch.Facts{Model: model, RequestID: api.RequestID(r.Context())}
 	f.Caller.ClientAddress = api.ClientAddr(r.Context())
+	if c, ok := auth.CallerFrom(r.Context()); ok {
+		f.Caller.KeyID, f.Caller.App = c.KeyID, c.App
+	}
 	o := n.cluster.disp.Serve(w, r, f, body)
 	if o.Err != nil && errors.Is(o.Err, dispatch.ErrIncomplete) {
 		n.log.Warn("response broke off after it started", "request_id", f.RequestID, "backend", o.Backend, "err", o.Err)
@@ -331,6 +340,9 @@ func (n *Node) stopCluster(ctx context.Context) {
 		}
 		c.sub.Close()
 		c.mesh.Shutdown()
+	}
+	if n.limiter != nil {
+		n.limiter.Close()
 	}
 	if c.raft != nil {
 		if err := c.raft.Shutdown(ctx); err != nil {

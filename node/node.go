@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/batch"
+	"github.com/infermesh/infermesh/node/limits"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -34,6 +36,8 @@ type Node struct {
 	api     *api.Server
 
 	cluster  *cluster
+	authn    *auth.Authenticator
+	limiter  *limits.Limiter
 	fatalCh  chan error
 	fatalOne sync.Once
 	ln       net.Listener
@@ -69,6 +73,7 @@ func New(cfg Config) (*Node, error) {
 		Backend:     n,
 		Dispatcher:  n,
 		Governance:  n,
+		Admission:   n,
 		Batches:     n.batches,
 		Logger:      n.log,
 		Registry:    n.reg,
@@ -132,6 +137,11 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.log.Info("draining", "inflight", n.api.InFlight())
 		if n.srv != nil {
 			err = errors.Join(n.drainCluster(ctx), n.waitIdle(ctx))
+			if n.limiter != nil {
+				if lerr := n.limiter.Drain(ctx); lerr != nil {
+					n.log.Warn("returning quota leases", "err", lerr)
+				}
+			}
 			n.srv.SetKeepAlivesEnabled(false)
 			if serr := n.srv.Shutdown(ctx); serr != nil {
 				err = errors.Join(err, serr)

@@ -45,6 +45,12 @@ type digestView struct {
 // eventually polls check every 20ms until it passes or the bound expires.
 func eventually(t *testing.T, bound time.Duration, what string, check func() error) {
 	t.Helper()
+	eventuallyEvery(t, bound, 20*time.Millisecond, what, check)
+}
+
+// eventuallyEvery is eventually with a chosen polling interval.
+func eventuallyEvery(t *testing.T, bound, every time.Duration, what string, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(bound)
 	for {
 		err := check()
@@ -54,7 +60,7 @@ func eventually(t *testing.T, bound time.Duration, what string, check func() err
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s: %v", what, bound, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

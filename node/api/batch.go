@@ -80,6 +80,13 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, BadRequest(CodeInvalidValue, "dimensions", fmt.Sprintf("'dimensions' %d is not available for model %s.", dims, m.ID)))
 		return
 	}
+	// A batch submission counts once toward limits; polling never does.
+	if done, e := s.admit(r, m.ID); e != nil {
+		WriteError(w, e)
+		return
+	} else if done != nil {
+		defer done(http.StatusOK)
+	}
 	job, err := s.opt.Batches.Submit(m.ID, req.Input, dims)
 	if errors.Is(err, batch.ErrFull) {
 		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "", "Too many batch jobs are queued on this node; retry later.")

@@ -212,3 +212,65 @@ func (s *Server) recoverOnly(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// authenticate resolves the caller before any route runs (CORS preflights
+// were answered before it).
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.opt.Admission == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, e := s.opt.Admission.Authenticate(r)
+		if e != nil {
+			WriteError(w, e)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// admit counts a request toward the caller's limits; nil done means no
+// accounting is configured.
+func (s *Server) admit(r *http.Request, model string) (func(int), *APIError) {
+	if s.opt.Admission == nil {
+		return nil, nil
+	}
+	return s.opt.Admission.Admit(r, model)
+}
+
+// statusWriter remembers the status a handler sent, for usage records.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(c int) {
+	if w.status == 0 {
+		w.status = c
+	}
+	w.ResponseWriter.WriteHeader(c)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes through for streams.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}

@@ -19,7 +19,7 @@ var UnsupportedPaths = []string{
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.common, s.cors)
+	r.Use(s.common, s.cors, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
@@ -114,6 +114,13 @@ func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) htt
 			h(w, r)
 			return
 		}
-		s.opt.Dispatcher.Serve(w, r, m.ID, body)
+		sw := &statusWriter{ResponseWriter: w}
+		if done, e := s.admit(r, m.ID); e != nil {
+			WriteError(w, e)
+			return
+		} else if done != nil {
+			defer func() { done(sw.code()) }()
+		}
+		s.opt.Dispatcher.Serve(sw, r, m.ID, body)
 	}
 }

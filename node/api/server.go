@@ -88,6 +88,16 @@ type Dispatcher interface {
 	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte)
 }
 
+// Admission authenticates callers and admits counted work.
+type Admission interface {
+	// Authenticate returns the request's context with the caller in it, or
+	// the error to answer with (401, 403, 429).
+	Authenticate(r *http.Request) (context.Context, *APIError)
+	// Admit counts a request for a model against the caller's limits; the
+	// returned func reports the final status. An error is 429 or 503.
+	Admit(r *http.Request, model string) (func(status int), *APIError)
+}
+
 // Options configures the API.
 type Options struct {
 	Backend  Backend
@@ -105,6 +115,8 @@ type Options struct {
 	// Dispatcher routes model requests across the mesh; nil serves every
 	// request on this node.
 	Dispatcher Dispatcher
+	// Admission authenticates and limits; nil serves everyone unlimited.
+	Admission Admission
 	// Governance serves the admin routes (keys, usage, state digest); nil
 	// leaves them unmapped.
 	Governance Governance
