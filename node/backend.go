@@ -1,8 +1,11 @@
 package node
 
 import (
+	"cmp"
 	"sort"
 	"strings"
+
+	"github.com/infermesh/infermesh/consensus"
 
 	"context"
 	"fmt"
@@ -48,6 +51,14 @@ func (n *Node) Models() []api.Model {
 	}
 	out := make([]api.Model, 0, len(seen))
 	for _, m := range seen {
+		// Models the operator blocked are hidden (and so not routable).
+		lc, repl := n.modelLifecycle(m.ID)
+		if lc == consensus.LifecycleBlocked {
+			continue
+		}
+		if lc == consensus.LifecycleDeprecated {
+			m.Deprecation = cmp.Or(repl, "true")
+		}
 		out = append(out, m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -57,7 +68,15 @@ func (n *Node) Models() []api.Model {
 // Model resolves a canonical or wire id among the mesh's models.
 func (n *Node) Model(id string) (api.Model, bool) {
 	if m, err := n.store.Get(id); err == nil {
-		return n.toAPI(m), true
+		lc, repl := n.modelLifecycle(m.ID)
+		if lc == consensus.LifecycleBlocked {
+			return api.Model{}, false
+		}
+		am := n.toAPI(m)
+		if lc == consensus.LifecycleDeprecated {
+			am.Deprecation = cmp.Or(repl, "true")
+		}
+		return am, true
 	}
 	for _, m := range n.Models() {
 		if m.ID == id || (m.WireID != "" && m.WireID == id) {

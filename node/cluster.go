@@ -36,7 +36,6 @@ type cluster struct {
 	fwdSrv *forward.Server
 	fwdCli *forward.Client
 	disp   *dispatch.Dispatcher
-	policy *dispatch.StaticPolicy
 	sub    *mesh.Subscription
 	done   chan struct{}
 }
@@ -153,10 +152,8 @@ func (n *Node) startCluster(httpAddr string) error {
 		n.stopCluster(context.Background())
 		return err
 	}
-	if c.policy, err = dispatch.NewStaticPolicy(dispatch.Policy{Strategy: strategy}); err != nil {
-		n.stopCluster(context.Background())
-		return err
-	}
+	policy := &replicatedPolicy{raft: c.raft, fallback: dispatch.Policy{Strategy: strategy}}
+	go n.seedPolicy()
 	if c.fwdCli, err = forward.NewClient(forward.ClientConfig{NodeID: cfg.NodeID, ClusterSecret: secret}, n.log, n.reg); err != nil {
 		n.stopCluster(context.Background())
 		return err
@@ -173,7 +170,7 @@ func (n *Node) startCluster(httpAddr string) error {
 			api.WriteError(w, e)
 		},
 		Clock: n.clock,
-	}, n.api.LocalHandler(), c.mesh, c.fwdCli, c.policy, c.mesh, n.log, n.reg)
+	}, n.api.LocalHandler(), c.mesh, c.fwdCli, policy, c.mesh, n.log, n.reg)
 	if err != nil {
 		n.stopCluster(context.Background())
 		return err

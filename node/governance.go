@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -133,3 +134,5 @@ func (n *Node) StateDigest() map[string]any {
 }
 
 var _ api.Governance = (*Node)(nil)
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

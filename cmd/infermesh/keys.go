@@ -127,3 +127,44 @@ func adminCall(base, method, path string, body, out any) error {
 	}
 	return nil
 }
+
+// policyCmd reads or replaces the replicated pool policy.
+func policyCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	f := newEnvFlags("policy")
+	f.fs.SetOutput(stderr)
+	base := nodeFlag(f)
+	if err := f.fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	var out any
+	var err error
+	switch {
+	case args[0] == "get":
+		err = adminCall(*base, http.MethodGet, "/v1/server/policy", nil, &out)
+	case args[0] == "set" && f.fs.NArg() == 1:
+		var doc any
+		b, rerr := os.ReadFile(f.fs.Arg(0))
+		if rerr == nil {
+			rerr = json.Unmarshal(b, &doc)
+		}
+		if rerr != nil {
+			fmt.Fprintf(stderr, "infermesh policy set: %v\n", rerr)
+			return 1
+		}
+		err = adminCall(*base, http.MethodPut, "/v1/server/policy", doc, &out)
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "infermesh policy: %v\n", err)
+		return 1
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	fmt.Fprintln(stdout, string(b))
+	return 0
+}

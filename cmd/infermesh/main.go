@@ -31,6 +31,7 @@ Usage:
   infermesh members [--node URL]   list the mesh's nodes, their state, load and warm models
   infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N] [--monthly-budget X]
   infermesh keys list | revoke ID  manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
+  infermesh policy get | set FILE  read or replace the replicated pool policy (same admin key)
   infermesh version                print the version
 `
 
@@ -48,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return membersCmd(args[1:], stdout, stderr)
 	case "keys":
 		return keysCmd(args[1:], stdout, stderr)
+	case "policy":
+		return policyCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "infermesh", version)
 		return 0

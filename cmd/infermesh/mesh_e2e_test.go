@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"sort"
 	"sync"
@@ -166,6 +167,38 @@ func TestMeshThreeProcesses(t *testing.T) {
 		t.Errorf("forwarded background removal returned %v", img.Bounds())
 	}
 
+	// Replicated policy: block one model, deprecate the other, from any node.
+	pol := `{"strategy":"least-connections","workers":{"mesh-a":{"weight":2}},"models":{"onnx/isnet/general-use-small":{"lifecycle":"blocked"},"onnx/tiny-bert/test-128":{"lifecycle":"deprecated","replacement":"onnx/tiny-bert/v2"}}}`
+	polFile := t.TempDir() + "/policy.json"
+	os.WriteFile(polFile, []byte(pol), 0o644)
+	if out, err := exec.Command(binPath, "policy", "set", "--node", "http://"+ps[1].addr, polFile).CombinedOutput(); err != nil {
+		t.Fatalf("policy set: %v\n%s", err, out)
+	}
+	for _, p := range ps {
+		eventually(t, time.Second, "policy applied on "+p.addr, func() error {
+			c := p.client()
+			page, err := c.Models.List(ctx)
+			if err != nil {
+				return err
+			}
+			if len(page.Data) != 1 || page.Data[0].ID != "onnx/tiny-bert/test-128" {
+				return fmt.Errorf("models %v", page.Data)
+			}
+			var resp *http.Response
+			if _, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "tiny-bert:test-128",
+				Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("x")}}, option.WithResponseInto(&resp)); err != nil {
+				return err
+			}
+			if got := resp.Header.Get("X-AI-Model-Deprecated"); got != "onnx/tiny-bert/v2" {
+				return fmt.Errorf("deprecation header %q", got)
+			}
+			return nil
+		})
+	}
+	if _, err := exec.Command(binPath, "policy", "set", "--node", "http://"+ps[0].addr, writeTemp(t, `{"strategy":"round-robin"}`)).CombinedOutput(); err != nil {
+		t.Fatal(err)
+	}
+
 	// SIGKILL of mesh-b under load against a and c: no request fails.
 	ok, failed := loadWhile(t, []*proc{ps[0], ps[2]}, 32, func() {
 		ps[1].cmd.Process.Signal(syscall.SIGKILL)
@@ -252,4 +285,13 @@ func TestMeshDrainUnderLoad(t *testing.T) {
 	if ps[2].err != nil {
 		t.Fatalf("drained node exited with %v\n%s", ps[2].err, ps[2].stderr)
 	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	f := t.TempDir() + "/f.json"
+	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

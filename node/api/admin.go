@@ -18,6 +18,8 @@ type Governance interface {
 	Key(id string) (KeyInfo, bool)
 	RevokeKey(ctx context.Context, id string) (KeyInfo, error)
 	Usage(by string) (any, error)
+	Policy() any
+	SetPolicy(ctx context.Context, body []byte) (any, error)
 	StateDigest() map[string]any
 }
 
@@ -111,6 +113,22 @@ func (s *Server) adminRoutes(r chi.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "by": by, "data": rows})
+	})
+	r.Get("/server/policy", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.opt.Governance.Policy())
+	})
+	r.Put("/server/policy", func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r, MaxJSONBody)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		p, err := s.opt.Governance.SetPolicy(r.Context(), body)
+		if err != nil {
+			governanceError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, p)
 	})
 	r.Get("/server/state-digest", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.opt.Governance.StateDigest())

@@ -114,6 +114,9 @@ func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) htt
 			h(w, r)
 			return
 		}
+		if m.Deprecation != "" {
+			w.Header().Set("X-AI-Model-Deprecated", m.Deprecation)
+		}
 		sw := &statusWriter{ResponseWriter: w}
 		if done, e := s.admit(r, m.ID); e != nil {
 			WriteError(w, e)

@@ -35,6 +35,9 @@ type Model struct {
 	Created    int64
 	SizeBytes  int64
 	Warm       bool
+	// Deprecation, when set, is sent as X-AI-Model-Deprecated (the
+	// replacement's id, or "true").
+	Deprecation string
 }
 
 // Backend is what the API needs from its node.

@@ -1,0 +1,172 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/mesh/route"
+	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/dispatch"
+)
+
+// PolicyDoc is the pool policy as operators write it: the body of
+// GET/PUT /v1/server/policy and the shape of <data-dir>/gateway.json.
+type PolicyDoc struct {
+	Strategy   string                  `json:"strategy,omitempty"`
+	Governance string                  `json:"governance,omitempty"`
+	Workers    map[string]WorkerPolicy `json:"workers,omitempty"`
+	Models     map[string]ModelDoc     `json:"models,omitempty"`
+	Revision   uint64                  `json:"revision,omitempty"`
+}
+
+// WorkerPolicy is one node's routing settings in a PolicyDoc.
+type WorkerPolicy struct {
+	Weight        int32 `json:"weight,omitempty"`
+	Canary        bool  `json:"canary,omitempty"`
+	CanaryPercent int32 `json:"canary_percent,omitempty"`
+	InflightCap   int32 `json:"inflight_cap,omitempty"`
+}
+
+// ModelDoc is one model's lifecycle and price in a PolicyDoc. Prices are in
+// currency units (the monthly budget's unit).
+type ModelDoc struct {
+	Lifecycle   string  `json:"lifecycle,omitempty"`
+	Replacement string  `json:"replacement,omitempty"`
+	PerRequest  float64 `json:"price_per_request,omitempty"`
+	PerMInput   float64 `json:"price_per_million_input_tokens,omitempty"`
+	PerMOutput  float64 `json:"price_per_million_output_tokens,omitempty"`
+}
+
+func micros(v float64) int64 { return int64(math.Round(v * microsPerUnit)) }
+
+func (d PolicyDoc) toConsensus() consensus.Policy {
+	p := consensus.Policy{Strategy: d.Strategy, Governance: d.Governance}
+	for id, w := range d.Workers {
+		p.Nodes = append(p.Nodes, consensus.NodePolicy{NodeID: id, Weight: w.Weight, Canary: w.Canary, CanaryPercent: w.CanaryPercent, InflightCap: w.InflightCap})
+	}
+	for id, m := range d.Models {
+		lc := m.Lifecycle
+		if lc == "" {
+			lc = consensus.LifecycleActive
+		}
+		p.Models = append(p.Models, consensus.ModelPolicy{Model: id, Lifecycle: lc, Replacement: m.Replacement,
+			Price: consensus.Price{RequestMicros: micros(m.PerRequest), InputPerMillionMicros: micros(m.PerMInput), OutputPerMillionMicros: micros(m.PerMOutput)}})
+	}
+	sort.Slice(p.Nodes, func(i, j int) bool { return p.Nodes[i].NodeID < p.Nodes[j].NodeID })
+	sort.Slice(p.Models, func(i, j int) bool { return p.Models[i].Model < p.Models[j].Model })
+	return p
+}
+
+func policyDoc(p consensus.Policy) PolicyDoc {
+	d := PolicyDoc{Strategy: p.Strategy, Governance: p.Governance, Revision: p.Revision, Workers: map[string]WorkerPolicy{}, Models: map[string]ModelDoc{}}
+	for _, n := range p.Nodes {
+		d.Workers[n.NodeID] = WorkerPolicy{Weight: n.Weight, Canary: n.Canary, CanaryPercent: n.CanaryPercent, InflightCap: n.InflightCap}
+	}
+	for _, m := range p.Models {
+		d.Models[m.Model] = ModelDoc{Lifecycle: m.Lifecycle, Replacement: m.Replacement, PerRequest: float64(m.Price.RequestMicros) / microsPerUnit,
+			PerMInput: float64(m.Price.InputPerMillionMicros) / microsPerUnit, PerMOutput: float64(m.Price.OutputPerMillionMicros) / microsPerUnit}
+	}
+	return d
+}
+
+// Policy returns the replicated pool policy.
+func (n *Node) Policy() any { return policyDoc(n.cluster.raft.State().Policy()) }
+
+// SetPolicy replaces the pool policy through raft.
+func (n *Node) SetPolicy(ctx context.Context, body []byte) (any, error) {
+	var d PolicyDoc
+	dec := json.NewDecoder(bytesReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("policy: %v: %w", err, api.ErrInvalid)
+	}
+	cmd, err := consensus.SetPolicy(d.toConsensus(), false)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
+	}
+	res, err := n.cluster.raft.Apply(ctx, cmd)
+	if err != nil {
+		return nil, applyErr(err)
+	}
+	return policyDoc(*res.Policy), nil
+}
+
+// seedPolicy installs <data-dir>/gateway.json as the policy when none is
+// set yet (idempotent across nodes and restarts).
+func (n *Node) seedPolicy() {
+	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, "gateway.json"))
+	if err != nil {
+		return
+	}
+	var d PolicyDoc
+	if err := json.Unmarshal(b, &d); err != nil {
+		n.log.Error("gateway.json is not valid policy JSON; ignored", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.cluster.raft.WaitForLeader(ctx); err != nil {
+		return
+	}
+	cmd, err := consensus.SetPolicy(d.toConsensus(), true)
+	if err != nil {
+		n.log.Error("gateway.json policy rejected", "err", err)
+		return
+	}
+	if _, err := n.cluster.raft.Apply(ctx, cmd); err == nil {
+		n.log.Info("pool policy seeded from gateway.json")
+	}
+}
+
+// replicatedPolicy is dispatch's PolicySource over raft state, converted
+// once per policy revision; before any policy is set it serves the node's
+// flags.
+type replicatedPolicy struct {
+	raft     *consensus.Node
+	fallback dispatch.Policy
+	mu       sync.Mutex
+	rev      uint64
+	cached   dispatch.Policy
+}
+
+// Policy returns the routing policy now in force.
+func (r *replicatedPolicy) Policy() dispatch.Policy {
+	p := r.raft.State().Policy()
+	if p.Revision == 0 {
+		return r.fallback
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.Revision != r.rev {
+		s, err := route.ParseStrategy(p.Strategy)
+		if err != nil {
+			s = r.fallback.Strategy
+		}
+		out := dispatch.Policy{Strategy: s, Nodes: map[string]dispatch.NodePolicy{}}
+		for _, np := range p.Nodes {
+			out.Nodes[np.NodeID] = dispatch.NodePolicy{Weight: int(np.Weight), Canary: np.Canary, CanaryPercent: int(np.CanaryPercent), MaxInFlight: int(np.InflightCap)}
+		}
+		r.rev, r.cached = p.Revision, out
+	}
+	return r.cached
+}
+
+// modelLifecycle reports a model's lifecycle state and replacement.
+func (n *Node) modelLifecycle(id string) (string, string) {
+	if n.cluster == nil || n.cluster.raft == nil {
+		return consensus.LifecycleActive, ""
+	}
+	mp, ok := n.cluster.raft.State().ModelPolicy(id)
+	if !ok {
+		return consensus.LifecycleActive, ""
+	}
+	return mp.Lifecycle, mp.Replacement
+}
