@@ -61,14 +61,8 @@ type decoder struct {
 // (requests decoding at once, default the number of CPUs). The layer and
 // head counts come from the model's inputs.
 func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("onnx: runtime is closed")
-	}
-	if spec.Task != "" && spec.Task != engine.TaskChat {
-		return nil, fmt.Errorf("onnx: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskChat)
+	if err := r.checkLoad(spec, engine.TaskChat); err != nil {
+		return nil, err
 	}
 	d, err := newDecoder(spec)
 	if err != nil {

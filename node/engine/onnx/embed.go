@@ -67,14 +67,8 @@ type embedder struct {
 // reused by every call; inputs from concurrent calls are merged into batches
 // of up to Config.MaxBatch (see batcher).
 func (r *Runtime) LoadEmbedder(spec engine.Spec) (engine.Embedder, error) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("onnx: runtime is closed")
-	}
-	if spec.Task != "" && spec.Task != engine.TaskEmbeddings {
-		return nil, fmt.Errorf("onnx: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskEmbeddings)
+	if err := r.checkLoad(spec, engine.TaskEmbeddings); err != nil {
+		return nil, err
 	}
 	e, err := newEmbedderConfig(spec)
 	if err != nil {

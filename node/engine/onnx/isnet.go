@@ -76,11 +76,8 @@ type isnet struct {
 // sets S (default 1024) and "concurrency" the number of simultaneous runs
 // (default 1).
 func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemover, error) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, errors.New("onnx: runtime is closed")
+	if err := r.checkLoad(spec, engine.TaskBackgroundRemoval); err != nil {
+		return nil, err
 	}
 	size, err := intOption(spec.Options, "input_size", isnetDefaultSize, 32, isnetMaxSize)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/infermesh/infermesh/node/engine"
+
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -99,6 +101,21 @@ func (r *Runtime) Close() error {
 	envRefs--
 	if envRefs == 0 {
 		return ort.DestroyEnvironment()
+	}
+	return nil
+}
+
+// checkLoad refuses to load a model on a closed runtime or for another task
+// (an empty spec task is accepted).
+func (r *Runtime) checkLoad(spec engine.Spec, task engine.Task) error {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return fmt.Errorf("onnx: runtime is closed")
+	}
+	if spec.Task != "" && spec.Task != task {
+		return fmt.Errorf("onnx: %s: task %q is not %q", spec.ID, spec.Task, task)
 	}
 	return nil
 }
