@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -179,6 +180,110 @@ func TestAuthAndExactQuotaAcrossProcesses(t *testing.T) {
 	if admitted.Load() != quota || other.Load() != 0 {
 		t.Fatalf("admitted %d of a quota of %d (other outcomes %v)", admitted.Load(), quota, others)
 	}
+
+	// Again with a node killed mid-run: never more than N.
+	qk2 := createKey(t, ps[0], map[string]any{"name": "quota2", "daily_quota": quota})
+	var admitted2, sent atomic.Int64
+	var killOnce sync.Once
+	wg = sync.WaitGroup{}
+	for w := 0; w < 12; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 12; i++ {
+				if sent.Add(1) == 30 {
+					killOnce.Do(func() { ps[2].cmd.Process.Signal(syscall.SIGKILL) })
+				}
+				if code, _ := keyed(ps[w%3], qk2, "POST", "/v1/embeddings", embed); code == 200 {
+					admitted2.Add(1)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	t.Logf("daily quota %d with a node killed mid-run: %d admitted", quota, admitted2.Load())
+	if admitted2.Load() > quota {
+		t.Fatalf("over-admitted: %d of %d", admitted2.Load(), quota)
+	}
+
+	// Bring the killed node back from its data directory, then SIGKILL the
+	// raft leader: existing keys stay accepted on the survivors, and writes
+	// succeed again once a new leader is elected.
+	<-ps[2].exited
+	ps[2] = restartProc(t, ps[2])
+	_, port, _ := net.SplitHostPort(ps[2].addr)
+	ps[2].addr = net.JoinHostPort("127.0.14.3", port)
+	waitMembersKeyed(t, ps)
+	var d digestView
+	req, _ = http.NewRequest("GET", ps[0].url("/v1/server/state-digest"), nil)
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+	}
+	var survivors []*proc
+	for _, p := range ps {
+		if p.id == d.Leader {
+			p.cmd.Process.Signal(syscall.SIGKILL)
+		} else {
+			survivors = append(survivors, p)
+		}
+	}
+	live := createKeyEventually(t, survivors[0], map[string]any{"name": "after-leader-kill"})
+	for _, p := range survivors {
+		if code, c := keyed(p, adminKey, "GET", "/v1/models", nil); code != 200 {
+			t.Errorf("existing key refused on %s after leader kill: %d %s", p.id, code, c)
+		}
+		eventually(t, time.Second, "new key on "+p.id, func() error {
+			if code, c := keyed(p, live, "GET", "/v1/models", nil); code != 200 {
+				return fmt.Errorf("%d %s", code, c)
+			}
+			return nil
+		})
+	}
+}
+
+// createKey makes a key through the admin API and returns its plaintext.
+func createKey(t *testing.T, p *proc, spec map[string]any) string {
+	t.Helper()
+	body, _ := json.Marshal(spec)
+	req, _ := http.NewRequest("POST", p.url("/v1/server/keys"), bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var k keyView
+	json.NewDecoder(resp.Body).Decode(&k)
+	if resp.StatusCode != 200 || k.Key == "" {
+		t.Fatalf("create key on %s: %d", p.id, resp.StatusCode)
+	}
+	return k.Key
+}
+
+// createKeyEventually retries key creation while a new leader is elected.
+func createKeyEventually(t *testing.T, p *proc, spec map[string]any) string {
+	t.Helper()
+	var key string
+	eventually(t, 20*time.Second, "write after leader kill", func() error {
+		body, _ := json.Marshal(spec)
+		req, _ := http.NewRequest("POST", p.url("/v1/server/keys"), bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var k keyView
+		json.NewDecoder(resp.Body).Decode(&k)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		key = k.Key
+		return nil
+	})
+	return key
 }
 
 func waitMembersKeyed(t *testing.T, ps []*proc) {
