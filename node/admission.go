@@ -9,6 +9,7 @@ import (
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/auth"
+	"github.com/infermesh/infermesh/node/legacy"
 	"github.com/infermesh/infermesh/node/limits"
 )
 
@@ -49,6 +50,9 @@ func (n *Node) startAdmission() error {
 
 // Authenticate resolves the caller of a request.
 func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
+	if legacy.FromLegacy(r.Context()) {
+		return auth.WithCaller(r.Context(), legacyCaller()), nil
+	}
 	caller, d := n.authn.Authenticate(r, api.ClientAddr(r.Context()), nil)
 	if d != nil {
 		return nil, denialError(d)

@@ -33,6 +33,9 @@ func (n *Node) Models() []api.Model {
 	for _, m := range n.store.List() {
 		seen[m.ID] = n.toAPI(m)
 	}
+	for _, m := range n.upstreamModels() {
+		seen[m.ID] = m
+	}
 	if n.cluster != nil && n.cluster.mesh != nil {
 		for _, p := range n.cluster.mesh.Peers() {
 			if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {

@@ -296,8 +296,9 @@ func (n *Node) publishModels() {
 		installed = append(installed, m.ID)
 		info[m.ID] = mesh.ModelInfo{WireID: m.WireID(), Task: m.Task, Created: m.Created}
 	}
+	up := n.publishUpstream(info)
 	c.mesh.SetModelInfo(info)
-	c.mesh.SetModels(installed, n.engines.warmIDs())
+	c.mesh.SetModels(append(installed, up...), append(n.engines.warmIDs(), up...))
 }
 
 // Serve makes *Node the API's dispatcher.

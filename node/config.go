@@ -68,6 +68,11 @@ type Config struct {
 	FastTimers bool
 	// Version is reported in X-Service-Version.
 	Version string
+	// ProvidersFile names the upstream providers file (JSON, see package
+	// node/engine/upstream); empty means none.
+	ProvidersFile string
+	// Legacy configures the legacy (Ollama-shaped) API; off by default.
+	Legacy LegacyConfig
 	// Logger is this node's logger; nil means a text logger on stderr.
 	Logger *slog.Logger
 	// Clock returns the time; nil means time.Now.
@@ -174,6 +179,7 @@ func (c *Config) Validate() error {
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("drain timeout %s: must be positive", c.DrainTimeout))
 	}
+	errs = append(errs, c.Legacy.validate()...)
 	return errors.Join(errs...)
 }
 

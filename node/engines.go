@@ -13,6 +13,7 @@ import (
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/onnx"
+	"github.com/infermesh/infermesh/node/engine/upstream"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -26,6 +27,8 @@ type engines struct {
 
 	// onChange is called after a model becomes warm.
 	onChange func()
+	// upstream serves the provider models (nil: none configured).
+	upstream *upstream.Registry
 
 	mu     sync.RWMutex
 	rt     *onnx.Runtime
@@ -72,6 +75,9 @@ func (e *engines) loadAll(ctx context.Context) error {
 
 // get returns the warm engine for id, loading it if needed, and checks its task.
 func (e *engines) get(ctx context.Context, id string, task engine.Task) (engine.Engine, error) {
+	if eng, ok, err := e.fromUpstream(ctx, id, task); ok {
+		return eng, err
+	}
 	m, err := e.store.Get(id)
 	if err != nil {
 		return nil, errNotFound(id)

@@ -42,6 +42,7 @@ type Node struct {
 	fatalOne sync.Once
 	ln       net.Listener
 	srv      *http.Server
+	legacy   *legacyServer
 	served   chan error
 	started  time.Time
 	draining atomic.Bool
@@ -68,6 +69,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.store = store
 	n.engines = newEngines(cfg, n.log, store)
+	if err := n.initUpstream(); err != nil {
+		return nil, err
+	}
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.Embedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:     n,
@@ -114,6 +118,10 @@ func (n *Node) Start(ctx context.Context) error {
 	n.started = n.clock()
 	n.served = make(chan error, 1)
 	go func() { n.served <- n.srv.Serve(ln) }()
+	if err := n.startLegacy(); err != nil {
+		n.Close()
+		return err
+	}
 	n.log.Info("node listening", "addr", ln.Addr().String(), "data_dir", n.cfg.DataDir, "warm_models", n.engines.warmIDs())
 	return nil
 }
@@ -142,6 +150,7 @@ func (n *Node) Drain(ctx context.Context) error {
 					n.log.Warn("returning quota leases", "err", lerr)
 				}
 			}
+			n.stopLegacy(ctx)
 			n.srv.SetKeepAlivesEnabled(false)
 			if serr := n.srv.Shutdown(ctx); serr != nil {
 				err = errors.Join(err, serr)
@@ -154,6 +163,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.stopCluster(ctx)
 		n.batches.Close()
 		n.engines.close()
+		n.engines.upstream.Close()
 		n.log.Info("stopped")
 	})
 	return err

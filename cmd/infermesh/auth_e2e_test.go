@@ -101,7 +101,7 @@ func TestAuthAndExactQuotaAcrossProcesses(t *testing.T) {
 	json.NewDecoder(resp.Body).Decode(&k)
 	resp.Body.Close()
 	for _, p := range ps {
-		eventually(t, time.Second, "new key accepted on "+p.id, func() error {
+		eventuallyEvery(t, time.Second, 150*time.Millisecond, "new key accepted on "+p.id, func() error {
 			if code, c := keyed(p, k.Key, "POST", "/v1/embeddings", embed); code != 200 {
 				return fmt.Errorf("%d %s", code, c)
 			}
@@ -143,7 +143,7 @@ func TestAuthAndExactQuotaAcrossProcesses(t *testing.T) {
 	json.NewDecoder(resp.Body).Decode(&qk)
 	resp.Body.Close()
 	for _, p := range ps {
-		eventually(t, time.Second, "quota key known", func() error {
+		eventuallyEvery(t, 5*time.Second, 200*time.Millisecond, "quota key known", func() error {
 			if code, _ := keyed(p, qk.Key, "GET", "/v1/models", nil); code != 200 {
 				return fmt.Errorf("%d", code)
 			}
@@ -183,6 +183,16 @@ func TestAuthAndExactQuotaAcrossProcesses(t *testing.T) {
 
 	// Again with a node killed mid-run: never more than N.
 	qk2 := createKey(t, ps[0], map[string]any{"name": "quota2", "daily_quota": quota})
+	// Wait until every node knows the key: an unknown key is a wrong key,
+	// and ten of those in a minute block the client.
+	for _, p := range ps {
+		eventuallyEvery(t, 5*time.Second, 200*time.Millisecond, "quota2 key known", func() error {
+			if code, _ := keyed(p, qk2, "GET", "/v1/models", nil); code != 200 {
+				return fmt.Errorf("%d", code)
+			}
+			return nil
+		})
+	}
 	var admitted2, sent atomic.Int64
 	var killOnce sync.Once
 	wg = sync.WaitGroup{}
@@ -301,6 +311,9 @@ func waitMembersKeyed(t *testing.T, ps []*proc) {
 			}
 			json.NewDecoder(resp.Body).Decode(&out)
 			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("%s: members %d", p.id, resp.StatusCode)
+			}
 			ready := 0
 			for _, d := range out.Data {
 				if d.State == "ready" {

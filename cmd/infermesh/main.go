@@ -90,6 +90,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
 	f.Bool(&cfg.FastTimers, "fast-timers", "SERVICE_FAST_TIMERS", cfg.FastTimers, "short gossip and raft timers, for tests and chaos runs on one machine")
 	f.String(logLevel, "log-level", "SERVICE_LOG_LEVEL", *logLevel, "debug, info, warn or error")
+	providerLegacyFlags(f, cfg)
 	return f
 }
 
@@ -99,7 +100,7 @@ func serve(args []string, stderr io.Writer) int {
 	logLevel := "info"
 	f := serveFlags(&cfg, &logLevel)
 	f.fs.SetOutput(stderr)
-	if err := f.Parse(args); err != nil {
+	if err := f.Parse(joinLegacyListen(args)); err != nil {
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
 		return 2
 	}

@@ -96,6 +96,15 @@ func writeErr(w http.ResponseWriter, err error) {
 		WriteError(w, ae)
 		return
 	}
+	var pe *engine.ProviderError
+	if errors.As(err, &pe) {
+		// An upstream provider's answer, written as the provider gave it
+		// (4xx) or as the outage it stands for (502/503/504).
+		e := Errorf(pe.Status, pe.Type, pe.Code, pe.Param, pe.Message)
+		e.RetryAfter = pe.RetryAfter
+		WriteError(w, e)
+		return
+	}
 	var ie *engine.InputError
 	if errors.As(err, &ie) {
 		WriteError(w, BadRequest(CodeInvalidValue, ie.Param, ie.Msg))

@@ -1,0 +1,154 @@
+package legacy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// v1Model is an entry of GET /v1/models.
+type v1Model struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// v1Installed is an entry of GET /v1/models/installed.
+type v1Installed struct {
+	Key       string `json:"key"`
+	WireID    string `json:"wire_id"`
+	Task      string `json:"task"`
+	SizeBytes int64  `json:"size_bytes"`
+}
+
+// escapeID escapes a model id for a /v1/models/{id} path.
+func escapeID(id string) string { return url.PathEscape(id) }
+
+// family is the middle part of a canonical id <runtime>/<family>/<variant>.
+func family(id string) string {
+	parts := strings.SplitN(id, "/", 3)
+	if len(parts) == 3 {
+		return parts[1]
+	}
+	return id
+}
+
+// details is Ollama's model details for a canonical id.
+func details(m v1Model) map[string]any {
+	f := family(m.ID)
+	return map[string]any{"parent_model": "", "format": m.OwnedBy, "family": f, "families": []string{f},
+		"parameter_size": "", "quantization_level": ""}
+}
+
+// digest identifies a model in Ollama's lists: the SHA-256 of its
+// canonical id.
+func digest(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(h[:])
+}
+
+// installed indexes GET /v1/models/installed by canonical id.
+func (s *Server) installed(r *http.Request) (map[string]v1Installed, error) {
+	var inst struct {
+		Data []v1Installed `json:"data"`
+	}
+	if err := s.getJSON(r, "/v1/models/installed", &inst); err != nil {
+		return nil, err
+	}
+	out := make(map[string]v1Installed, len(inst.Data))
+	for _, m := range inst.Data {
+		out[m.Key] = m
+	}
+	return out, nil
+}
+
+// tags serves /api/tags and /api/models from GET /v1/models (the models
+// the mesh serves), with wire ids and sizes from /v1/models/installed.
+func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
+	var list struct {
+		Data []v1Model `json:"data"`
+	}
+	if err := s.getJSON(r, "/v1/models", &list); err != nil {
+		s.fail(w, err)
+		return
+	}
+	inst, err := s.installed(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	models := make([]map[string]any, 0, len(list.Data))
+	for _, m := range list.Data {
+		name := m.ID
+		if i, ok := inst[m.ID]; ok && i.WireID != "" {
+			name = i.WireID
+		}
+		models = append(models, map[string]any{"name": name, "model": name, "modified_at": time.Unix(m.Created, 0).UTC(),
+			"size": inst[m.ID].SizeBytes, "digest": digest(m.ID), "details": details(m)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}
+
+// capabilities maps a task onto Ollama's capability names.
+func capabilities(task string) []string {
+	switch task {
+	case "chat":
+		return []string{"completion", "tools"}
+	case "embeddings":
+		return []string{"embedding"}
+	}
+	return []string{}
+}
+
+// show serves /api/show from GET /v1/models/{id}.
+func (s *Server) show(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model string `json:"model"`
+		Name  string `json:"name"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	name := req.Model
+	if name == "" {
+		name = req.Name
+	}
+	if name == "" {
+		writeError(w, http.StatusBadRequest, "model is required")
+		return
+	}
+	name = modelName(name)
+	var m v1Model
+	if err := s.getJSON(r, "/v1/models/"+escapeID(name), &m); err != nil {
+		s.fail(w, err)
+		return
+	}
+	inst, err := s.installed(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	i := inst[m.ID]
+	info := map[string]any{"general.architecture": family(m.ID), "general.basename": family(m.ID),
+		"infermesh.id": m.ID, "infermesh.runtime": m.OwnedBy, "infermesh.task": i.Task}
+	if i.WireID != "" {
+		info["infermesh.wire_id"] = i.WireID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"modelfile":    fmt.Sprintf("# served by infermesh as %s\nFROM %s\n", m.ID, name),
+		"details":      details(m),
+		"model_info":   info,
+		"capabilities": capabilities(i.Task),
+		"modified_at":  time.Unix(m.Created, 0).UTC(),
+	})
+}
+
+// pull would map onto POST /v1/models/pull, which this node does not have
+// yet: the answer says so.
+func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, "Pulling over the legacy API needs the /v1 pull endpoint (POST /v1/models/pull), which this node does not have yet; install models with `infermesh models import` on the node.")
+}
