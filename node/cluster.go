@@ -357,3 +357,11 @@ func (n *Node) stopCluster(ctx context.Context) {
 		c.mux.Close()
 	}
 }
+
+// GossipAddr is the address peers pass to --join to reach this node.
+func (n *Node) GossipAddr() string {
+	if n.cluster == nil || n.cluster.mesh == nil {
+		return ""
+	}
+	return n.cluster.mesh.GossipAddr()
+}
