@@ -146,6 +146,7 @@ func (n *Node) startCluster(httpAddr string) error {
 	c.mesh.SetRouting(mesh.Routing{MaxInFlight: cfg.InflightCap, Weight: cfg.Weight, Canary: cfg.Canary, CanaryPercent: cfg.CanaryPercent})
 	c.sub = c.mesh.Subscribe(mesh.EventJoin, mesh.EventUpdate, mesh.EventLeave, mesh.EventFailed)
 	go n.relayMembership(c.sub)
+	go n.reconnectLoop(c)
 
 	strategy, err := route.ParseStrategy(cfg.Strategy)
 	if err != nil {
@@ -242,6 +243,37 @@ func (n *Node) rememberPeers() {
 	}
 }
 
+// reconnectLoop periodically joins remembered peers that gossip no longer
+// lists: memberlist does not re-merge nodes it declared dead after a
+// partition heals (the chaos suite found this), so the node asks them
+// again, as Serf's reconnect does.
+func (n *Node) reconnectLoop(c *cluster) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		current := map[string]bool{}
+		for _, p := range c.mesh.Peers() {
+			current[p.GossipAddr] = true
+		}
+		var missing []string
+		for _, a := range n.joinAddrs() {
+			if !current[a] {
+				missing = append(missing, a)
+			}
+		}
+		if len(missing) > 0 {
+			if k, err := c.mesh.Join(missing); err == nil && k > 0 {
+				n.log.Info("rejoined peers", "contacted", k)
+			}
+		}
+	}
+}
+
 // relayMembership turns mesh events into raft membership hooks.
 func (n *Node) relayMembership(sub *mesh.Subscription) {
 	for ev := range sub.C {
@@ -331,6 +363,10 @@ func (n *Node) stopCluster(ctx context.Context) {
 	c := n.cluster
 	if c == nil {
 		return
+	}
+	if c.done != nil {
+		close(c.done)
+		c.done = nil
 	}
 	if c.mesh != nil {
 		if err := c.mesh.Leave(2 * time.Second); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -13,6 +14,17 @@ import (
 // (nothing listens there): the caller should eject the peer from routing.
 func IsRefused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// IsUnreachable reports whether the peer could not be reached at all:
+// refused, or the dial failed or timed out (partitioned, paused, gone).
+// The caller should stop routing to it until gossip says otherwise.
+func IsUnreachable(err error) bool {
+	if IsRefused(err) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // IsDraining reports whether the peer refused the call because it drains.
@@ -41,6 +53,16 @@ func Retryable(err error) bool {
 	// context separately.)
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	// A dial that timed out (a partitioned or paused peer) is the peer's
+	// failure too; the caller's own deadline was ruled out above.
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
 		return true
 	}
 	switch connect.CodeOf(err) {

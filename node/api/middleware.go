@@ -116,6 +116,9 @@ func (s *Server) common(next http.Handler) http.Handler {
 			s.metrics.inflight.Dec()
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
+					// The response broke off on purpose; still count the
+					// request as finished, or drain waits for it forever.
+					s.metrics.observe(r.Method, routePattern(r), http.StatusBadGateway, s.opt.Clock().Sub(start))
 					panic(p)
 				}
 				s.log.Error("handler panic", "request_id", id, "panic", p, "stack", string(debug.Stack()))

@@ -36,7 +36,7 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 		if s != nil {
 			s.Close()
 		}
-		if forward.IsRefused(err) {
+		if forward.IsUnreachable(err) {
 			d.peers.Eject(p.ID)
 		}
 		if cerr := r.Context().Err(); cerr != nil {
