@@ -154,6 +154,13 @@ func (n *Node) State() View { return View{f: n.fsm} }
 // ID is the node id.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
+// CaughtUp reports whether this replica knows a leader and has applied
+// every entry in its log, so local reads are as fresh as replication allows.
+// A restarted node is not caught up until it has heard from a leader.
+func (n *Node) CaughtUp() bool {
+	return n.Leader() != "" && n.raft.AppliedIndex() >= n.raft.LastIndex()
+}
+
 // IsLeader reports whether this node is the raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
