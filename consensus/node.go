@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -21,14 +22,15 @@ import (
 // stores under Config.DataDir, the state machine, leader forwarding and, while
 // it leads, the membership reconcile loop.
 type Node struct {
-	cfg     Config
-	logger  *slog.Logger
-	raft    *raft.Raft
-	fsm     *fsm
-	store   *raftboltdb.BoltStore
-	members *memberTable
-	metrics *metrics
-	fwd     *forwarder
+	leaderSeen atomic.Int64 // unix nanos when CaughtUp first saw a leader
+	cfg        Config
+	logger     *slog.Logger
+	raft       *raft.Raft
+	fsm        *fsm
+	store      *raftboltdb.BoltStore
+	members    *memberTable
+	metrics    *metrics
+	fwd        *forwarder
 
 	reconcileCh chan struct{}
 	shutdownCh  chan struct{}
@@ -157,9 +159,27 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 // CaughtUp reports whether this replica knows a leader and has applied
 // every entry in its log, so local reads are as fresh as replication allows.
 // A restarted node is not caught up until it has heard from a leader.
+//
+// A follower learns of entries it lacks only from the leader's next
+// appends, so right after first contact its log can look complete while it
+// is not; the replica therefore counts as caught up only after a leader has
+// been known for caughtUpGrace.
 func (n *Node) CaughtUp() bool {
-	return n.Leader() != "" && n.raft.AppliedIndex() >= n.raft.LastIndex()
+	if n.Leader() == "" {
+		return false
+	}
+	now := n.cfg.Clock.Now()
+	first := n.leaderSeen.Load()
+	if first == 0 {
+		n.leaderSeen.CompareAndSwap(0, now.UnixNano())
+		return false
+	}
+	return now.Sub(time.Unix(0, first)) >= caughtUpGrace && n.raft.AppliedIndex() >= n.raft.LastIndex()
 }
+
+// caughtUpGrace is how long a leader must have been known before a
+// restarted replica's reads count as fresh: several heartbeats.
+const caughtUpGrace = 2 * time.Second
 
 // IsLeader reports whether this node is the raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }

@@ -44,26 +44,24 @@ func IsUnauthenticated(err error) bool {
 // secret (a misconfigured peer). Failures of the caller's own context are
 // not retryable.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil {
 		return false
 	}
 	// Transport failures first: connect reports a reset connection of a
-	// killed peer as code "canceled", which must not hide that the peer,
-	// not the caller, went away. (The dispatcher checks the caller's own
-	// context separately.)
+	// killed peer as code "canceled", and a dial timeout to a partitioned
+	// peer matches context.DeadlineExceeded (net's timeout error says so);
+	// neither means the caller gave up. The dispatcher checks the caller's
+	// own context separately.
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	// A dial that timed out (a partitioned or paused peer) is the peer's
-	// failure too; the caller's own deadline was ruled out above.
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
 		return true
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
