@@ -6,6 +6,8 @@ set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null || need+=(python3-onnx python3-numpy)
 command -v npm >/dev/null || need+=(npm)
+command -v iptables >/dev/null || need+=(iptables)
+command -v ip >/dev/null || need+=(iproute2)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "deps: please install: ${need[*]} (apt-get install ${need[*]})" >&2
