@@ -321,19 +321,12 @@ func usageJSON(u engine.ChatUsage) map[string]int {
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r, MaxImageBody)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	p, err := parseChat(body)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	m, ok := s.opt.Backend.Model(p.Model)
+	p, ok := decodeRequest(w, r, MaxImageBody, parseChat)
 	if !ok {
-		WriteError(w, ModelNotFound(p.Model))
+		return
+	}
+	m, ok := s.meshModel(w, p.Model)
+	if !ok {
 		return
 	}
 	eng, err := s.opt.Backend.Chatter(r.Context(), m.ID)

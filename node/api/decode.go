@@ -113,3 +113,30 @@ func peekModel(body []byte) (string, error) {
 	}
 	return s, nil
 }
+
+// decodeRequest reads a body of at most limit bytes and parses it; on
+// failure it has already written the error.
+func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, parse func([]byte) (T, error)) (T, bool) {
+	var zero T
+	body, err := readBody(r, limit)
+	if err != nil {
+		writeErr(w, err)
+		return zero, false
+	}
+	v, err := parse(body)
+	if err != nil {
+		writeErr(w, err)
+		return zero, false
+	}
+	return v, true
+}
+
+// meshModel resolves id among the mesh's models; it answers 404
+// model_not_found when there is none.
+func (s *Server) meshModel(w http.ResponseWriter, id string) (Model, bool) {
+	m, ok := s.opt.Backend.Model(id)
+	if !ok {
+		WriteError(w, ModelNotFound(id))
+	}
+	return m, ok
+}

@@ -149,19 +149,12 @@ type embeddingObject struct {
 }
 
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r, MaxJSONBody)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	p, err := parseEmbeddings(body)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	m, ok := s.opt.Backend.Model(p.Model)
+	p, ok := decodeRequest(w, r, MaxJSONBody, parseEmbeddings)
 	if !ok {
-		WriteError(w, ModelNotFound(p.Model))
+		return
+	}
+	m, ok := s.meshModel(w, p.Model)
+	if !ok {
 		return
 	}
 	emb, err := s.opt.Backend.Embedder(r.Context(), m.ID)

@@ -37,14 +37,8 @@ func noVisionProvider() *APIError {
 }
 
 func (s *Server) visionBackground(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r, MaxImageBody)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	req, err := parseBackground(body)
-	if err != nil {
-		writeErr(w, err)
+	req, ok := decodeRequest(w, r, MaxImageBody, parseBackground)
+	if !ok {
 		return
 	}
 	eng, id, err := s.opt.Backend.BackgroundRemover(r.Context(), req.Model)

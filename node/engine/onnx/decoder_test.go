@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,21 +19,7 @@ import (
 // genTinyLlama runs testdata/models/gen_tiny_llama.py into a temporary
 // directory and returns it.
 func genTinyLlama(tb testing.TB, variant string) string {
-	tb.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "models", "gen_tiny_llama.py"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	python := os.Getenv("INFERMESH_PYTHON")
-	if python == "" {
-		python = "/usr/bin/python3"
-	}
-	dir := tb.TempDir()
-	out, err := exec.Command(python, script, dir, "--variant", variant).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("generate tiny-llama with %s %s: %v\n%s\n(needs python3 with onnx and numpy: apt-get install python3-onnx python3-numpy)", python, script, err, out)
-	}
-	return dir
+	return genModel(tb, "gen_tiny_llama.py", "--variant", variant)
 }
 
 // manifestSpec reads a generated manifest into a Spec.

@@ -54,8 +54,14 @@ func genTinyBERT(tb testing.TB) string { return genBERT(tb, "tiny") }
 // genBERT generates the test encoder of the given shape ("tiny" or
 // "minilm", the all-MiniLM-L6-v2 architecture with random weights).
 func genBERT(tb testing.TB, shape string) string {
+	return genModel(tb, "gen_tiny_bert.py", "--shape", shape)
+}
+
+// genModel runs a generator from testdata/models into a temporary
+// directory and returns it.
+func genModel(tb testing.TB, script string, args ...string) string {
 	tb.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "models", "gen_tiny_bert.py"))
+	path, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "models", script))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -64,9 +70,9 @@ func genBERT(tb testing.TB, shape string) string {
 		python = "/usr/bin/python3"
 	}
 	dir := tb.TempDir()
-	out, err := exec.Command(python, script, dir, "--shape", shape).CombinedOutput()
+	out, err := exec.Command(python, append([]string{path, dir}, args...)...).CombinedOutput()
 	if err != nil {
-		tb.Fatalf("generate tiny-bert with %s %s: %v\n%s\n(needs python3 with onnx and numpy: apt-get install python3-onnx python3-numpy)", python, script, err, out)
+		tb.Fatalf("run %s %s: %v\n%s\n(needs python3 with onnx and numpy: apt-get install python3-onnx python3-numpy)", python, path, err, out)
 	}
 	return dir
 }
