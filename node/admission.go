@@ -53,6 +53,19 @@ func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 	if legacy.FromLegacy(r.Context()) {
 		return auth.WithCaller(r.Context(), legacyCaller()), nil
 	}
+	// A replica that has not caught up (just restarted, or cut off from the
+	// leader) may not know a key created elsewhere yet: answer a key it does
+	// not know with a retryable 503 rather than a 401 that would also count
+	// toward the caller's wrong-key block. The chaos suite found restarted
+	// nodes refusing valid keys for seconds.
+	if key, ok := auth.KeyFromHeader(r.Header); ok && !n.cluster.raft.CaughtUp() {
+		if _, known := (replicatedKeys{n.cluster.raft}).KeyByHash(auth.HashKey(key)); !known {
+			e := api.Errorf(http.StatusServiceUnavailable, api.TypeServer, "replica_catching_up", "",
+				"This node's copy of the API keys is catching up with the cluster; retry shortly or use another node.")
+			e.RetryAfter = 1
+			return nil, e
+		}
+	}
 	caller, d := n.authn.Authenticate(r, api.ClientAddr(r.Context()), nil)
 	if d != nil {
 		return nil, denialError(d)
