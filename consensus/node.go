@@ -141,6 +141,7 @@ func New(c Config) (*Node, error) {
 	n.wg.Add(1)
 	go n.watchLeadership()
 	logger.Info("consensus started", "addr", cfg.AdvertiseAddr, "existing_state", has, "join", cfg.Join)
+	go n.watchLeader()
 	return n, nil
 }
 
@@ -168,13 +169,22 @@ func (n *Node) CaughtUp() bool {
 	if n.Leader() == "" {
 		return false
 	}
-	now := n.cfg.Clock.Now()
 	first := n.leaderSeen.Load()
 	if first == 0 {
-		n.leaderSeen.CompareAndSwap(0, now.UnixNano())
 		return false
 	}
-	return now.Sub(time.Unix(0, first)) >= caughtUpGrace && n.raft.AppliedIndex() >= n.raft.LastIndex()
+	return n.cfg.Clock.Now().Sub(time.Unix(0, first)) >= caughtUpGrace && n.raft.AppliedIndex() >= n.raft.LastIndex()
+}
+
+// watchLeader records when this node first learns of a leader, for CaughtUp.
+func (n *Node) watchLeader() {
+	for n.raft.State() != raft.Shutdown {
+		if n.Leader() != "" {
+			n.leaderSeen.Store(n.cfg.Clock.Now().UnixNano())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // caughtUpGrace is how long a leader must have been known before a
