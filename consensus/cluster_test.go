@@ -257,9 +257,11 @@ func TestFailedServerIsReapedOnlyAfterTimeout(t *testing.T) {
 		}
 	}
 	c.WaitServers(want, nil)
-	if got := leader.Metric("infermesh_consensus_membership_changes_total"); got < 5 {
-		t.Fatalf("membership changes %v, want at least 2 add_voter, 1 add_nonvoter, 1 remove, 1 promote", got)
-	}
+	// The configuration becomes visible before changeConfig counts the
+	// change, so wait for the counter rather than reading it once.
+	c.WaitFor("2 add_voter, 1 add_nonvoter, 1 remove and 1 promote to be counted", func() bool {
+		return leader.Metric("infermesh_consensus_membership_changes_total") >= 5
+	})
 }
 
 func TestLeaderNeverRemovesItself(t *testing.T) {
