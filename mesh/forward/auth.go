@@ -56,3 +56,8 @@ func (s *secretCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		return next(ctx, conn)
 	}
 }
+
+// SecretInterceptor returns the interceptor that admits only calls carrying
+// secret in SecretHeader, for other node-to-node services (mesh/transfer)
+// mounted on the same RPC port.
+func SecretInterceptor(secret string) connect.Interceptor { return newSecretCheck(secret) }
