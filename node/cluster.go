@@ -20,6 +20,7 @@ import (
 	"github.com/infermesh/infermesh/mesh"
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/route"
+	"github.com/infermesh/infermesh/mesh/transfer"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/dispatch"
@@ -35,9 +36,12 @@ type cluster struct {
 	mesh   *mesh.Mesh
 	fwdSrv *forward.Server
 	fwdCli *forward.Client
-	disp   *dispatch.Dispatcher
-	sub    *mesh.Subscription
-	done   chan struct{}
+	// xferSrv and xferCli move model files between nodes (pulls).
+	xferSrv *transfer.Server
+	xferCli *transfer.Client
+	disp    *dispatch.Dispatcher
+	sub     *mesh.Subscription
+	done    chan struct{}
 }
 
 // advertiseHost is the host peers dial for this node's listeners.
@@ -180,8 +184,19 @@ func (n *Node) startCluster(httpAddr string) error {
 		n.stopCluster(context.Background())
 		return err
 	}
+	if c.xferSrv, err = transfer.NewServer(transfer.ServerConfig{NodeID: cfg.NodeID, ClusterSecret: secret, RateBytes: int64(cfg.TransferRate)},
+		storeFiles{n.store}, n.log, n.reg); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
+	if c.xferCli, err = transfer.NewClient(cfg.NodeID, secret); err != nil {
+		n.stopCluster(context.Background())
+		return err
+	}
 	rpc := http.NewServeMux()
-	path, h := c.raft.Handler()
+	path, h := c.xferSrv.Handler()
+	rpc.Handle(path, h)
+	path, h = c.raft.Handler()
 	rpc.Handle(path, h)
 	path, h = c.fwdSrv.Handler()
 	rpc.Handle(path, h)
@@ -335,12 +350,30 @@ func (n *Node) publishModels() {
 
 // Serve makes *Node the API's dispatcher.
 func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte) {
+	f := requestFacts(r, model)
+	n.finishServe(f, n.cluster.disp.Serve(w, r, f, body))
+}
+
+// ServeOn makes *Node an api.Pinned dispatcher: the request runs on the
+// named node.
+func (n *Node) ServeOn(w http.ResponseWriter, r *http.Request, node string, body []byte) {
+	f := requestFacts(r, "")
+	n.finishServe(f, n.cluster.disp.ServeOn(w, r, f, node, body))
+}
+
+// requestFacts collects what dispatch needs to know about a request.
+func requestFacts(r *http.Request, model string) dispatch.Facts {
 	f := dispatch.Facts{Model: model, RequestID: api.RequestID(r.Context())}
 	f.Caller.ClientAddress = api.ClientAddr(r.Context())
 	if c, ok := auth.CallerFrom(r.Context()); ok {
 		f.Caller.KeyID, f.Caller.App = c.KeyID, c.App
 	}
-	o := n.cluster.disp.Serve(w, r, f, body)
+	return f
+}
+
+// finishServe aborts the client connection when a response broke off after
+// it started, so the client sees the failure.
+func (n *Node) finishServe(f dispatch.Facts, o dispatch.Outcome) {
 	if o.Err != nil && errors.Is(o.Err, dispatch.ErrIncomplete) {
 		n.log.Warn("response broke off after it started", "request_id", f.RequestID, "backend", o.Backend, "err", o.Err)
 		panic(http.ErrAbortHandler)
@@ -355,6 +388,9 @@ func (n *Node) drainCluster(ctx context.Context) error {
 	}
 	c.mesh.SetHealth(route.HealthDraining)
 	c.fwdSrv.SetDraining(true)
+	if c.xferSrv != nil {
+		c.xferSrv.SetDraining(true)
+	}
 	return c.fwdSrv.Wait(ctx)
 }
 
@@ -388,6 +424,9 @@ func (n *Node) stopCluster(ctx context.Context) {
 	}
 	if c.fwdCli != nil {
 		c.fwdCli.Close()
+	}
+	if c.xferCli != nil {
+		c.xferCli.Close()
 	}
 	if c.mux != nil {
 		c.mux.Close()

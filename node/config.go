@@ -71,6 +71,15 @@ type Config struct {
 	// ProvidersFile names the upstream providers file (JSON, see package
 	// node/engine/upstream); empty means none.
 	ProvidersFile string
+	// CatalogSources are operator catalogue sources (file paths or http(s)
+	// URLs) read after the built-in catalogue; later ones win key by key.
+	CatalogSources []string
+	// TransferRate caps the bytes per second this node sends model files
+	// to peers (all transfers together); 0 means no cap.
+	TransferRate int
+	// PullStallTimeout abandons a pull attempt (peer or outside source)
+	// that received nothing this long; the pull moves to the next source.
+	PullStallTimeout time.Duration
 	// Legacy configures the legacy (Ollama-shaped) API; off by default.
 	Legacy LegacyConfig
 	// Logger is this node's logger; nil means a text logger on stderr.
@@ -102,6 +111,8 @@ func Defaults() Config {
 		Strategy:     "round-robin",
 		InflightCap:  64,
 		Weight:       1,
+
+		PullStallTimeout: 30 * time.Second,
 	}
 }
 
@@ -178,6 +189,17 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("drain timeout %s: must be positive", c.DrainTimeout))
+	}
+	for _, src := range c.CatalogSources {
+		if src == "" || len(src) > 2048 {
+			errs = append(errs, fmt.Errorf("catalog source %q: want a file path or an http(s) URL", src))
+		}
+	}
+	if c.TransferRate < 0 {
+		errs = append(errs, fmt.Errorf("transfer rate %d: must not be negative", c.TransferRate))
+	}
+	if c.PullStallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("pull stall timeout %s: must not be negative", c.PullStallTimeout))
 	}
 	errs = append(errs, c.Legacy.validate()...)
 	return errors.Join(errs...)

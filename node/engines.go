@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 
@@ -33,10 +34,18 @@ type engines struct {
 	mu     sync.RWMutex
 	rt     *onnx.Runtime
 	loaded map[string]engine.Engine
+	// used is when each model last served a request on this node.
+	used map[string]time.Time
+	// clock stamps used.
+	clock func() time.Time
 }
 
 func newEngines(cfg Config, log *slog.Logger, store *models.Store) *engines {
-	return &engines{cfg: cfg, log: log, store: store, loaded: map[string]engine.Engine{}}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	return &engines{cfg: cfg, log: log, store: store, loaded: map[string]engine.Engine{}, used: map[string]time.Time{}, clock: clock}
 }
 
 // runtime returns the node's ONNX Runtime handle, creating it on first use.
@@ -85,13 +94,35 @@ func (e *engines) get(ctx context.Context, id string, task engine.Task) (engine.
 	if engine.Task(m.Task) != task {
 		return nil, fmt.Errorf("model %s is a %s model: %w", m.ID, m.Task, api.ErrWrongTask)
 	}
-	e.mu.RLock()
+	e.mu.Lock()
 	eng := e.loaded[m.ID]
-	e.mu.RUnlock()
+	e.used[m.ID] = e.clock()
+	e.mu.Unlock()
 	if eng != nil {
 		return eng, nil
 	}
 	return e.load(m)
+}
+
+// lastUsed is when a model last served a request here (zero: never since
+// the node started).
+func (e *engines) lastUsed(id string) time.Time {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.used[id]
+}
+
+// unload closes a model's engine, if loaded.
+func (e *engines) unload(id string) {
+	e.mu.Lock()
+	eng := e.loaded[id]
+	delete(e.loaded, id)
+	e.mu.Unlock()
+	if eng != nil {
+		if err := eng.Close(); err != nil {
+			e.log.Warn("close engine", "id", id, "err", err)
+		}
+	}
 }
 
 func (e *engines) load(m *models.Manifest) (engine.Engine, error) {

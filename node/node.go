@@ -31,6 +31,8 @@ type Node struct {
 	reg   *prometheus.Registry
 
 	store   *models.Store
+	catalog *models.Catalog
+	puller  *models.Puller
 	engines *engines
 	batches *batch.Manager
 	api     *api.Server
@@ -72,6 +74,21 @@ func New(cfg Config) (*Node, error) {
 	if err := n.initUpstream(); err != nil {
 		return nil, err
 	}
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	n.catalog, err = models.NewCatalog(cctx, cfg.CatalogSources)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range n.catalog.Status() {
+		if st.Error != "" {
+			n.log.Warn("catalogue source not loaded", "source", st.Source, "err", st.Error)
+		}
+	}
+	n.puller = models.NewPuller(models.PullConfig{
+		Store: store, Catalog: n.catalog, Peers: n.pullPeers, Installed: n.pulledInstalled,
+		StallTimeout: cfg.PullStallTimeout, Logger: n.log, Clock: n.clock,
+	})
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.Embedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:     n,
@@ -79,6 +96,7 @@ func New(cfg Config) (*Node, error) {
 		Governance:  n,
 		Admission:   n,
 		Batches:     n.batches,
+		Hub:         n,
 		Logger:      n.log,
 		Registry:    n.reg,
 		Clock:       n.clock,
@@ -150,6 +168,7 @@ func (n *Node) Drain(ctx context.Context) error {
 					n.log.Warn("returning quota leases", "err", lerr)
 				}
 			}
+			n.puller.Close()
 			n.stopLegacy(ctx)
 			n.srv.SetKeepAlivesEnabled(false)
 			if serr := n.srv.Shutdown(ctx); serr != nil {

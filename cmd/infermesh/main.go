@@ -27,7 +27,10 @@ Usage:
   infermesh serve [flags]          run a node (see infermesh serve -h)
   infermesh models import DIR      install a model folder into a node's data dir
   infermesh models list            list the models installed in a data dir
-  infermesh models rm ID           remove an installed model
+  infermesh models rm ID           remove an installed model (through the node running on this
+                                   computer, else directly from --data-dir)
+  infermesh pull [--node URL] [--to NODE_ID] KEY
+                                   pull a model from the catalogue or a peer, with a progress bar
   infermesh members [--node URL]   list the mesh's nodes, their state, load and warm models
   infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N] [--monthly-budget X]
   infermesh keys list | revoke ID  manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
@@ -47,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return modelsCmd(args[1:], stdout, stderr)
 	case "members":
 		return membersCmd(args[1:], stdout, stderr)
+	case "pull":
+		return pullCmd(args[1:], stdout, stderr)
 	case "keys":
 		return keysCmd(args[1:], stdout, stderr)
 	case "policy":
@@ -89,6 +94,9 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Bool(&cfg.Canary, "canary", "SERVICE_CANARY", cfg.Canary, "mark this node canary")
 	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
 	f.Bool(&cfg.FastTimers, "fast-timers", "SERVICE_FAST_TIMERS", cfg.FastTimers, "short gossip and raft timers, for tests and chaos runs on one machine")
+	f.List(&cfg.CatalogSources, "catalog-source", "SERVICE_CATALOG_SOURCES", "extra model catalogue: a JSON file path or http(s) URL; repeat or comma-separate; later sources win")
+	f.Int(&cfg.TransferRate, "transfer-rate", "SERVICE_TRANSFER_RATE", cfg.TransferRate, "bytes per second this node sends model files to peers (0: no cap)")
+	f.Duration(&cfg.PullStallTimeout, "pull-stall-timeout", "SERVICE_PULL_STALL_TIMEOUT", cfg.PullStallTimeout, "a pull moves to its next source after receiving nothing this long")
 	f.String(logLevel, "log-level", "SERVICE_LOG_LEVEL", *logLevel, "debug, info, warn or error")
 	providerLegacyFlags(f, cfg)
 	return f

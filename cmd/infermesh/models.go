@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/infermesh/infermesh/node"
@@ -21,6 +24,7 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 	cfg := node.Defaults()
 	f := newEnvFlags("models")
 	f.String(&cfg.DataDir, "data-dir", "SERVICE_DATA_DIR", cfg.DataDir, "data directory (models, state)")
+	base := nodeFlag(f)
 	f.fs.SetOutput(stderr)
 	sub, rest := args[0], args[1:]
 	var pos []string
@@ -58,6 +62,17 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case sub == "rm" && len(pos) == 1:
+		// A node running here unloads and uninstalls it (and tells the
+		// mesh); with no node answering, the folder is removed directly.
+		err := adminCall(*base, http.MethodDelete, "/v1/server/models/"+pos[0], nil, nil)
+		if err == nil {
+			fmt.Fprintf(stdout, "removed %s (through %s)\n", pos[0], *base)
+			return 0
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			fmt.Fprintf(stderr, "infermesh models rm: %s: %v\n", pos[0], err)
+			return 1
+		}
 		if err := store.Remove(pos[0]); err != nil {
 			fmt.Fprintf(stderr, "infermesh models rm: %s: %v\n", pos[0], err)
 			return 1

@@ -46,6 +46,7 @@ func (s *Server) routes() chi.Router {
 		r.Post("/audio/clone", s.formModelRoute("voice cloning"))
 		r.Get("/audio/transcriptions/stream", s.queryModelRoute("live speech-to-text"))
 
+		s.hubRoutes(r)
 		r.Get("/models", s.listModels)
 		r.Get("/models/installed", s.installedModels)
 		r.Get("/models/{id}", s.getModel)
@@ -89,7 +90,10 @@ func (s *Server) localRoutes() chi.Router {
 		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
 	})
-	r.Route("/v1", func(r chi.Router) { s.modelRoutes(r, false) })
+	r.Route("/v1", func(r chi.Router) {
+		s.modelRoutes(r, false)
+		r.Post("/models/pull", s.pullLocal)
+	})
 	return r
 }
 

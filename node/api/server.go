@@ -123,6 +123,9 @@ type Options struct {
 	// Governance serves the admin routes (keys, usage, state digest); nil
 	// leaves them unmapped.
 	Governance Governance
+	// Hub serves the catalogue, pull, provenance and removal routes; nil
+	// answers them 501.
+	Hub ModelHub
 	// Batches runs background embedding jobs.
 	Batches BatchJobs
 	// Dashboard mounts /dashboard when true.

@@ -344,3 +344,29 @@ func hash64(s string) uint64 {
 	}
 	return h
 }
+
+// ServeOn serves a request on the node the caller named: here when it is
+// this node, else forwarded to that peer only. There is no failover,
+// because the caller chose the node (a pull that should install a model
+// there); a peer that is gone or unreachable is a 503 with Retry-After.
+func (d *Dispatcher) ServeOn(w http.ResponseWriter, r *http.Request, f Facts, nodeID string, body []byte) Outcome {
+	if nodeID == d.cfg.NodeID {
+		o, _ := d.tryLocal(w, r, f, body, true, true)
+		return o
+	}
+	for _, p := range d.peers.Peers() {
+		if p.ID != nodeID || p.Health == route.HealthDraining || p.Ejected {
+			continue
+		}
+		o, done := d.tryRemote(w, r, f, body, &p, true)
+		if done {
+			return o
+		}
+		w.Header().Set("Retry-After", "1")
+		d.cfg.WriteError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("node %s could not take the request: %v", nodeID, o.Err))
+		return Outcome{Status: http.StatusServiceUnavailable, Attempts: 1, Err: o.Err}
+	}
+	w.Header().Set("Retry-After", "1")
+	d.cfg.WriteError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("node %s is not routable now (draining, unreachable or gone)", nodeID))
+	return Outcome{Status: http.StatusServiceUnavailable}
+}

@@ -35,6 +35,9 @@ type Manifest struct {
 	// Sizes and SHA256 are recorded by the store per file name at install.
 	Sizes  map[string]int64  `json:"sizes,omitempty"`
 	SHA256 map[string]string `json:"sha256,omitempty"`
+	// Card is the registered model card, when the model came with one
+	// (a catalogue pull, or a peer that had it).
+	Card *Card `json:"card,omitempty"`
 }
 
 var (

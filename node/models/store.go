@@ -149,15 +149,50 @@ func (s *Store) Import(src string) (*Manifest, error) {
 		}
 		m.Sizes[f], m.SHA256[f] = n, sum
 	}
+	if err := s.commit(tmp, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// StagingDir is the folder where a pull of id collects its files. It is
+// hidden from the store and survives restarts, so an interrupted pull
+// resumes from what it already has.
+func (s *Store) StagingDir(id string) string {
+	return filepath.Join(s.dir, ".pull-"+folderName(id))
+}
+
+// InstallStaged installs a model whose files are complete in dir (a
+// StagingDir) with their sizes and digests recorded in m: it writes the
+// manifest and renames the folder into place, so the model appears whole
+// or not at all.
+func (s *Store) InstallStaged(dir string, m *Manifest) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if cur, err := s.Get(m.WireID()); err == nil && cur.ID != m.ID {
+		return fmt.Errorf("install %s: wire id %s is already used by %s", m.ID, m.WireID(), cur.ID)
+	}
+	for _, f := range m.FileNames() {
+		if _, ok := m.SHA256[f]; !ok {
+			return fmt.Errorf("install %s: no digest recorded for %s", m.ID, f)
+		}
+	}
+	return s.commit(dir, m)
+}
+
+// commit writes m into the complete folder tmp and renames it into place,
+// replacing an installed model of the same id.
+func (s *Store) commit(tmp string, m *Manifest) error {
 	if m.Created == 0 {
 		m.Created = s.clock().Unix()
 	}
 	out, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := writeFileSync(filepath.Join(tmp, "manifest.json"), out); err != nil {
-		return nil, err
+		return err
 	}
 	final := filepath.Join(s.dir, folderName(m.ID))
 	old := filepath.Join(s.dir, fmt.Sprintf(".old-%s-%d", folderName(m.ID), s.clock().UnixNano()))
@@ -166,16 +201,38 @@ func (s *Store) Import(src string) (*Manifest, error) {
 		if replaced {
 			os.Rename(old, final)
 		}
-		return nil, err
+		return err
 	}
 	if replaced {
 		os.RemoveAll(old)
 	}
 	if err := s.Reload(); err != nil {
-		return nil, err
+		return err
 	}
 	s.log.Info("model installed", "id", m.ID, "wire_id", m.WireID(), "bytes", m.TotalSize())
-	return m, nil
+	return nil
+}
+
+// Path returns the path of one file of an installed model, checking that
+// the manifest lists it.
+func (s *Store) Path(id, file string) (*Manifest, string, error) {
+	m, err := s.Get(id)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, ok := m.SHA256[file]; !ok {
+		return nil, "", fmt.Errorf("model %s has no file %q: %w", m.ID, file, ErrNotFound)
+	}
+	return m, filepath.Join(s.Dir(m), file), nil
+}
+
+// ManifestJSON returns the manifest of an installed model as stored.
+func (s *Store) ManifestJSON(id string) ([]byte, error) {
+	m, err := s.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(filepath.Join(s.Dir(m), "manifest.json"))
 }
 
 // Remove deletes an installed model's folder.

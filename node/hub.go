@@ -1,0 +1,309 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/mesh/route"
+	"github.com/infermesh/infermesh/mesh/transfer"
+	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/models"
+)
+
+// This file makes *Node the api.ModelHub: catalogue, pulls (from peers
+// first, then the outside source), provenance and operator removal.
+
+// catalogRow is one entry of GET /v1/models/catalog: the spec's fields,
+// this node's state, and (an infermesh extension) the nodes that have the
+// model installed.
+type catalogRow struct {
+	Key                 string   `json:"key"`
+	DisplayName         string   `json:"display_name"`
+	Description         string   `json:"description"`
+	Parameters          string   `json:"parameters"`
+	Quantization        string   `json:"quantization"`
+	DownloadSizeBytes   int64    `json:"download_size_bytes"`
+	OnDiskSizeBytes     int64    `json:"on_disk_size_bytes"`
+	Modalities          []string `json:"modalities"`
+	Tags                []string `json:"tags"`
+	ContextWindowTokens int      `json:"context_window_tokens"`
+	License             string   `json:"license"`
+	HomepageURL         string   `json:"homepage_url"`
+	SourceRepository    string   `json:"source_repository"`
+	IsInstalled         bool     `json:"is_installed"`
+	IsActive            bool     `json:"is_active"`
+	LastUsedUTC         *string  `json:"last_used_utc"`
+	InstalledOn         []string `json:"installed_on"`
+}
+
+// Catalog lists the catalogue with this node's state of each model.
+func (n *Node) Catalog() any {
+	holders := n.modelHolders()
+	entries := n.catalog.Entries()
+	out := make([]catalogRow, 0, len(entries))
+	for _, e := range entries {
+		row := catalogRow{
+			Key: e.Key, DisplayName: e.DisplayName, Description: e.Description, Parameters: e.Parameters,
+			Quantization: e.Quantization, DownloadSizeBytes: e.DownloadSizeBytes, OnDiskSizeBytes: e.OnDiskSizeBytes,
+			Modalities: nonNil(e.Modalities), Tags: nonNil(e.Tags), ContextWindowTokens: e.ContextWindowTokens,
+			License: e.License, HomepageURL: e.HomepageURL, SourceRepository: e.SourceRepository,
+			InstalledOn: nonNil(holders[e.Key]),
+		}
+		if _, err := n.store.Get(e.Key); err == nil {
+			row.IsInstalled = true
+			row.IsActive = n.engines.isWarm(e.Key)
+		}
+		if t := n.engines.lastUsed(e.Key); !t.IsZero() {
+			s := t.UTC().Format(time.RFC3339)
+			row.LastUsedUTC = &s
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// modelHolders maps each model id to the routable nodes that have it
+// installed (this node included), sorted.
+func (n *Node) modelHolders() map[string][]string {
+	out := map[string][]string{}
+	for _, m := range n.store.List() {
+		out[m.ID] = append(out[m.ID], n.cfg.NodeID)
+	}
+	if n.cluster == nil || n.cluster.mesh == nil {
+		return out
+	}
+	for _, p := range n.cluster.mesh.Peers() {
+		if p.Self || p.Health == route.HealthUnknown {
+			continue
+		}
+		for id := range p.Models {
+			out[id] = append(out[id], p.ID)
+		}
+	}
+	for id := range out {
+		sort.Strings(out[id])
+	}
+	return out
+}
+
+// RefreshCatalog reloads every catalogue source.
+func (n *Node) RefreshCatalog(ctx context.Context) (any, error) {
+	ch, err := n.catalog.Refresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"object": "catalog.refresh", "added": ch.Added, "removed": ch.Removed, "changed": ch.Changed,
+		"entries": ch.Entries, "sources": ch.Sources}, nil
+}
+
+// provenanceDoc is the body of GET /v1/server/models/{id}/provenance.
+type provenanceDoc struct {
+	Model            string `json:"model"`
+	Object           string `json:"object"`
+	Publisher        string `json:"publisher"`
+	Source           string `json:"source"`
+	License          string `json:"license"`
+	IntendedUse      string `json:"intended_use"`
+	KnownLimitations string `json:"known_limitations"`
+}
+
+// Provenance returns the model card registered for id: the installed
+// model's own, else the catalogue entry's.
+func (n *Node) Provenance(id string) (any, bool) {
+	var card *models.Card
+	key := id
+	if m, err := n.store.Get(id); err == nil && m.Card != nil {
+		card, key = m.Card, m.ID
+	} else if e, ok := n.catalog.Get(id); ok && e.Card != nil {
+		card, key = e.Card, e.Key
+	}
+	if card == nil {
+		return nil, false
+	}
+	return provenanceDoc{Model: key, Object: "model.card", Publisher: card.Publisher, Source: card.Source,
+		License: card.License, IntendedUse: card.IntendedUse, KnownLimitations: card.KnownLimitations}, true
+}
+
+// PullAllowed applies the replicated governance mode and model lifecycle.
+func (n *Node) PullAllowed(key string) *api.APIError {
+	if n.cluster == nil || n.cluster.raft == nil {
+		return nil
+	}
+	pol := n.cluster.raft.State().Policy()
+	if pol.Governance == consensus.GovernanceCurated {
+		return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeGovernanceDenied, "model_key",
+			"Model downloads are disabled: the operator's governance mode is curated.")
+	}
+	id := key
+	if e, ok := n.catalog.Get(key); ok {
+		id = e.Key
+	} else if m, ok := n.Model(key); ok {
+		id = m.ID
+	}
+	if lc, _ := n.modelLifecycle(id); lc == consensus.LifecycleBlocked {
+		return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeModelBlocked, "model_key",
+			fmt.Sprintf("The model '%s' is blocked by the operator's model policy.", id))
+	}
+	return nil
+}
+
+// Pull starts or joins a pull on this node.
+func (n *Node) Pull(key string) (api.PullJob, error) {
+	j, err := n.puller.Pull(key)
+	if errors.Is(err, models.ErrUnknownModel) {
+		return nil, fmt.Errorf("the model '%s' is not in the catalogue and no node of the mesh has it: %w", key, api.ErrModelNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pullJob{j}, nil
+}
+
+// pullJob adapts a models.Job to the API's events.
+type pullJob struct{ j *models.Job }
+
+func (p pullJob) Subscribe() (<-chan api.PullEvent, func()) {
+	in, cancel := p.j.Subscribe()
+	out := make(chan api.PullEvent)
+	stop := make(chan struct{})
+	go func() {
+		defer close(out)
+		for e := range in {
+			select {
+			case out <- pullEvent(e):
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out, func() { close(stop); cancel() }
+}
+
+// pullEvent is the SSE form of a pull event. The error event's data is
+// {"model_key", "error": {"message", "type", "code"}}, the OpenAI error
+// object, so clients parse it like any other error.
+func pullEvent(e models.Event) api.PullEvent {
+	switch e.Type {
+	case "progress":
+		return api.PullEvent{Name: "progress", Data: e.Progress}
+	case "done":
+		return api.PullEvent{Name: "done", Data: map[string]any{"model_key": e.ModelKey, "duration_ms": e.DurationMS}}
+	case "error":
+		return api.PullEvent{Name: "error", Data: map[string]any{"model_key": e.ModelKey,
+			"error": map[string]any{"message": e.Message, "type": api.TypeServer, "code": e.Code}}}
+	}
+	return api.PullEvent{Name: "started", Data: map[string]any{"model_key": e.ModelKey}}
+}
+
+// RemoveModel unloads and uninstalls a model from this node.
+func (n *Node) RemoveModel(id string) error {
+	m, err := n.store.Get(id)
+	if err != nil {
+		return errNotFound(id)
+	}
+	n.engines.unload(m.ID)
+	if err := n.store.Remove(m.ID); err != nil {
+		return err
+	}
+	n.log.Info("model removed by the operator", "id", m.ID)
+	n.publishModels()
+	return nil
+}
+
+// pulledInstalled warms a model a pull installed and gossips it.
+func (n *Node) pulledInstalled(m *models.Manifest) error {
+	defer n.publishModels()
+	_, err := n.engines.load(m)
+	return err
+}
+
+// pullPeers lists the routable peers that have a model installed, least
+// loaded first, as pull sources.
+func (n *Node) pullPeers(model string) []models.PeerSource {
+	c := n.cluster
+	if c == nil || c.mesh == nil || c.xferCli == nil {
+		return nil
+	}
+	var peers []route.Peer
+	for _, p := range c.mesh.Peers() {
+		if p.Self || p.Ejected || (p.Health != route.HealthReady && p.Health != route.HealthSaturated) {
+			continue
+		}
+		if _, ok := p.Models[model]; ok {
+			peers = append(peers, p)
+			continue
+		}
+		for _, pm := range p.Models {
+			if pm.WireID != "" && pm.WireID == model {
+				peers = append(peers, p)
+				break
+			}
+		}
+	}
+	sort.SliceStable(peers, func(i, j int) bool { return peers[i].InFlight < peers[j].InFlight })
+	out := make([]models.PeerSource, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, peerSource{id: p.ID, addr: p.RPCAddr, c: c.xferCli})
+	}
+	return out
+}
+
+// peerSource is one peer as a pull source, over mesh/transfer.
+type peerSource struct {
+	id, addr string
+	c        *transfer.Client
+}
+
+func (p peerSource) ID() string { return p.id }
+
+func (p peerSource) Manifest(ctx context.Context, model string) (*models.Manifest, error) {
+	b, err := p.c.Manifest(ctx, p.addr, model)
+	if err != nil {
+		return nil, err
+	}
+	return models.ParseManifest(b)
+}
+
+func (p peerSource) Fetch(ctx context.Context, model, file string, offset int64, w io.Writer) error {
+	return p.c.Fetch(ctx, p.addr, model, file, offset, w)
+}
+
+// storeFiles serves installed model files to peers (transfer.Files).
+type storeFiles struct{ s *models.Store }
+
+func (f storeFiles) Manifest(model string) ([]byte, error) {
+	b, err := f.s.ManifestJSON(model)
+	if errors.Is(err, models.ErrNotFound) {
+		return nil, transfer.ErrNotFound
+	}
+	return b, err
+}
+
+func (f storeFiles) Open(model, file string) (io.ReadSeekCloser, int64, string, error) {
+	m, path, err := f.s.Path(model, file)
+	if errors.Is(err, models.ErrNotFound) {
+		return nil, 0, "", transfer.ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, "", err
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return fh, m.Sizes[file], m.SHA256[file], nil
+}
