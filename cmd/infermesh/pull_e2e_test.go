@@ -133,8 +133,8 @@ func tinyBertEntry(t *testing.T, key, name, tag, urlBase string) string {
 		"quantization": "fp32", "download_size_bytes": 3181634, "on_disk_size_bytes": 3181634, "modalities": []string{"embeddings"},
 		"tags": []string{"test"}, "context_window_tokens": 512, "license": "MIT", "homepage_url": "https://example.invalid/tiny-bert",
 		"source_repository": "testdata/models/gen_tiny_bert.py",
-		"install": map[string]any{"name": name, "tag": tag, "task": m.Task, "files": m.Files, "options": m.Options},
-		"files":   files,
+		"install":           map[string]any{"name": name, "tag": tag, "task": m.Task, "files": m.Files, "options": m.Options},
+		"files":             files,
 		"card": map[string]any{"publisher": "infermesh tests", "source": "testdata/models/gen_tiny_bert.py", "license": "MIT",
 			"intended_use": "tests only", "known_limitations": "random weights; vectors are meaningless"},
 	}}}
