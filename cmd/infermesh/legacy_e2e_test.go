@@ -187,9 +187,18 @@ func TestLegacyOllamaClient(t *testing.T) {
 		t.Fatalf("embeddings: %d dims, %v", len(old.Embedding), err)
 	}
 
-	// pull needs the /v1 pull endpoint; unknown models are 404.
-	err = cl.Pull(ctx, &ollama.PullRequest{Model: "tiny-llama:test"}, func(ollama.ProgressResponse) error { return nil })
-	expectStatus(t, err, 501, "POST /v1/models/pull")
+	// pull maps onto POST /v1/models/pull: an installed model streams its
+	// status lines to success; a model nobody knows is 404.
+	var statuses []string
+	err = cl.Pull(ctx, &ollama.PullRequest{Model: "tiny-llama:test"}, func(p ollama.ProgressResponse) error {
+		statuses = append(statuses, p.Status)
+		return nil
+	})
+	if err != nil || len(statuses) < 2 || statuses[0] != "pulling onnx/tiny-llama/test" || statuses[len(statuses)-1] != "success" {
+		t.Fatalf("pull: %v %q", err, statuses)
+	}
+	err = cl.Pull(ctx, &ollama.PullRequest{Model: "nope:1b"}, func(ollama.ProgressResponse) error { return nil })
+	expectStatus(t, err, 404, "nope:1b")
 	err = cl.Chat(ctx, &ollama.ChatRequest{Model: "nope:1b", Messages: []ollama.Message{{Role: "user", Content: "hi"}}}, func(ollama.ChatResponse) error { return nil })
 	expectStatus(t, err, 404, "nope:1b")
 }

@@ -36,8 +36,8 @@ func errorOf(t *testing.T, w *httptest.ResponseRecorder) string {
 }
 
 // After its end date every call answers 410 naming its replacement. The
-// calls that reach no /v1 handler (HEAD /, /api/pull) show the API is
-// open before it.
+// calls that reach no /v1 handler (HEAD /, /api/pull without a model) show
+// the API is open before it.
 func TestEndDate(t *testing.T) {
 	c := &clock{t: time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC)}
 	s := New(Options{Clock: c.now, V1Base: "http://127.0.0.1:11436"})
@@ -50,7 +50,7 @@ func TestEndDate(t *testing.T) {
 	if w := do(s, http.MethodHead, "/", "", "127.0.0.1:5000"); w.Code != 200 {
 		t.Fatalf("HEAD / before the end: %d", w.Code)
 	}
-	if w := do(s, http.MethodPost, "/api/pull", `{"model":"x"}`, "127.0.0.1:5000"); w.Code != http.StatusNotImplemented || !strings.Contains(errorOf(t, w), "POST /v1/models/pull") {
+	if w := do(s, http.MethodPost, "/api/pull", `{}`, "127.0.0.1:5000"); w.Code != http.StatusBadRequest || !strings.Contains(errorOf(t, w), "model is required") {
 		t.Fatalf("pull before the end: %d %s", w.Code, w.Body)
 	}
 
@@ -99,12 +99,12 @@ func TestLoopbackOnly(t *testing.T) {
 		}
 	}
 	for _, remote := range []string{"127.0.0.1:4000", "[::1]:4000", "127.0.14.1:9", "[::ffff:127.0.0.1]:3"} {
-		if w := do(s, http.MethodPost, "/api/pull", `{}`, remote); w.Code != http.StatusNotImplemented {
+		if w := do(s, http.MethodPost, "/api/pull", `{}`, remote); w.Code != http.StatusBadRequest {
 			t.Errorf("%s: %d", remote, w.Code)
 		}
 	}
 	s = New(Options{AllowRemote: true})
-	if w := do(s, http.MethodPost, "/api/pull", `{}`, "192.0.2.7:4000"); w.Code != http.StatusNotImplemented {
+	if w := do(s, http.MethodPost, "/api/pull", `{}`, "192.0.2.7:4000"); w.Code != http.StatusBadRequest {
 		t.Errorf("allow remote: %d", w.Code)
 	}
 	if w := do(s, http.MethodDelete, "/api/delete", `{}`, "127.0.0.1:1"); w.Code != http.StatusNotFound {

@@ -3,6 +3,7 @@ package legacy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -147,8 +148,72 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// pull would map onto POST /v1/models/pull, which this node does not have
-// yet: the answer says so.
+// pull maps Ollama's POST /api/pull onto POST /v1/models/pull: the /v1
+// events become Ollama's status lines ({"status":"pulling <key>"}, then
+// {"status":<phase>,"digest","total","completed"} per progress event, then
+// {"status":"success"}), or one final object when stream is false. Ollama's
+// model name is resolved like the other legacy calls (name:latest when
+// untagged); canonical ids are passed as they are.
 func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotImplemented, "Pulling over the legacy API needs the /v1 pull endpoint (POST /v1/models/pull), which this node does not have yet; install models with `infermesh models import` on the node.")
+	var req struct {
+		Model  string `json:"model"`
+		Name   string `json:"name"`
+		Stream *bool  `json:"stream"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	name := req.Model
+	if name == "" {
+		name = req.Name
+	}
+	if name == "" {
+		writeError(w, http.StatusBadRequest, "model is required")
+		return
+	}
+	res, err := s.call(r, http.MethodPost, "/v1/models/pull", map[string]string{"model_key": modelName(name)})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer res.Close()
+	out := &ndjson{w: w, rc: http.NewResponseController(w), stream: req.Stream == nil || *req.Stream}
+	events := newSSEReader(res.body)
+	for {
+		data, err := events.next()
+		if err != nil {
+			out.fail(http.StatusBadGateway, "the pull stream ended before the pull finished")
+			return
+		}
+		var ev struct {
+			ModelKey  string `json:"model_key"`
+			Phase     string `json:"phase"`
+			Completed int64  `json:"completed"`
+			Total     int64  `json:"total"`
+			Duration  *int64 `json:"duration_ms"`
+			Error     *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			out.fail(http.StatusBadGateway, "unreadable pull event")
+			return
+		}
+		switch {
+		case ev.Error != nil:
+			out.fail(http.StatusInternalServerError, ev.Error.Message)
+			return
+		case ev.Duration != nil:
+			if out.stream {
+				out.line(map[string]string{"status": "success"})
+			} else {
+				writeJSON(w, http.StatusOK, map[string]string{"status": "success"})
+			}
+			return
+		case ev.Phase != "" && out.stream:
+			out.line(map[string]any{"status": ev.Phase, "digest": "sha256:" + digest(name), "total": ev.Total, "completed": ev.Completed})
+		case ev.ModelKey != "" && out.stream:
+			out.line(map[string]string{"status": "pulling " + ev.ModelKey})
+		}
+	}
 }
