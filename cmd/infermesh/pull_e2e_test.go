@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -267,6 +268,18 @@ func TestPullSharedAcrossNodesThenRoutable(t *testing.T) {
 	}
 	if row, _ := catalogRowOn(ps[0], key); row["last_used_utc"] == nil {
 		t.Fatalf("last_used_utc not set after use: %v", row)
+	}
+
+	// The CLI pulls it to pull-c, which gets it from pull-a, not the hub.
+	out, err := exec.Command(binPath, "pull", "--node", "http://"+ps[2].addr, key).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "pulling "+key) || !strings.Contains(string(out), "from peer pull-a") || !strings.Contains(string(out), "done: "+key) {
+		t.Fatalf("infermesh pull: %v\n%s", err, out)
+	}
+	t.Logf("infermesh pull output:\n%s", out)
+	for f, c := range counts {
+		if c.Load() != 1 {
+			t.Fatalf("the hub served %s %d times; the second node should have pulled from its peer", f, c.Load())
+		}
 	}
 
 	// Provenance: the registered card, and 404 where none is registered.
