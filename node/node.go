@@ -161,6 +161,9 @@ func (n *Node) Drain(ctx context.Context) error {
 	n.stopOnce.Do(func() {
 		n.draining.Store(true)
 		n.log.Info("draining", "inflight", n.api.InFlight())
+		// Running pulls end now with an error event (their staged bytes
+		// stay for a later pull), so their streams do not hold up the drain.
+		n.puller.Close()
 		if n.srv != nil {
 			err = errors.Join(n.drainCluster(ctx), n.waitIdle(ctx))
 			if n.limiter != nil {
@@ -168,7 +171,6 @@ func (n *Node) Drain(ctx context.Context) error {
 					n.log.Warn("returning quota leases", "err", lerr)
 				}
 			}
-			n.puller.Close()
 			n.stopLegacy(ctx)
 			n.srv.SetKeepAlivesEnabled(false)
 			if serr := n.srv.Shutdown(ctx); serr != nil {
