@@ -24,23 +24,11 @@ import (
 // this node's state, and (an infermesh extension) the nodes that have the
 // model installed.
 type catalogRow struct {
-	Key                 string   `json:"key"`
-	DisplayName         string   `json:"display_name"`
-	Description         string   `json:"description"`
-	Parameters          string   `json:"parameters"`
-	Quantization        string   `json:"quantization"`
-	DownloadSizeBytes   int64    `json:"download_size_bytes"`
-	OnDiskSizeBytes     int64    `json:"on_disk_size_bytes"`
-	Modalities          []string `json:"modalities"`
-	Tags                []string `json:"tags"`
-	ContextWindowTokens int      `json:"context_window_tokens"`
-	License             string   `json:"license"`
-	HomepageURL         string   `json:"homepage_url"`
-	SourceRepository    string   `json:"source_repository"`
-	IsInstalled         bool     `json:"is_installed"`
-	IsActive            bool     `json:"is_active"`
-	LastUsedUTC         *string  `json:"last_used_utc"`
-	InstalledOn         []string `json:"installed_on"`
+	models.Listing
+	IsInstalled bool     `json:"is_installed"`
+	IsActive    bool     `json:"is_active"`
+	LastUsedUTC *string  `json:"last_used_utc"`
+	InstalledOn []string `json:"installed_on"`
 }
 
 // Catalog lists the catalogue with this node's state of each model.
@@ -49,13 +37,8 @@ func (n *Node) Catalog() any {
 	entries := n.catalog.Entries()
 	out := make([]catalogRow, 0, len(entries))
 	for _, e := range entries {
-		row := catalogRow{
-			Key: e.Key, DisplayName: e.DisplayName, Description: e.Description, Parameters: e.Parameters,
-			Quantization: e.Quantization, DownloadSizeBytes: e.DownloadSizeBytes, OnDiskSizeBytes: e.OnDiskSizeBytes,
-			Modalities: nonNil(e.Modalities), Tags: nonNil(e.Tags), ContextWindowTokens: e.ContextWindowTokens,
-			License: e.License, HomepageURL: e.HomepageURL, SourceRepository: e.SourceRepository,
-			InstalledOn: nonNil(holders[e.Key]),
-		}
+		row := catalogRow{Listing: e.Listing, InstalledOn: nonNil(holders[e.Key])}
+		row.Modalities, row.Tags = nonNil(e.Modalities), nonNil(e.Tags)
 		if _, err := n.store.Get(e.Key); err == nil {
 			row.IsInstalled = true
 			row.IsActive = n.engines.isWarm(e.Key)

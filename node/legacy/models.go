@@ -107,22 +107,11 @@ func capabilities(task string) []string {
 
 // show serves /api/show from GET /v1/models/{id}.
 func (s *Server) show(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Model string `json:"model"`
-		Name  string `json:"name"`
-	}
-	if !decode(w, r, &req) {
+	var req modelRequest
+	name, ok := req.decode(w, r)
+	if !ok {
 		return
 	}
-	name := req.Model
-	if name == "" {
-		name = req.Name
-	}
-	if name == "" {
-		writeError(w, http.StatusBadRequest, "model is required")
-		return
-	}
-	name = modelName(name)
 	var m v1Model
 	if err := s.getJSON(r, "/v1/models/"+escapeID(name), &m); err != nil {
 		s.fail(w, err)
@@ -155,23 +144,12 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 // model name is resolved like the other legacy calls (name:latest when
 // untagged); canonical ids are passed as they are.
 func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Model  string `json:"model"`
-		Name   string `json:"name"`
-		Stream *bool  `json:"stream"`
-	}
-	if !decode(w, r, &req) {
+	var req modelRequest
+	name, ok := req.decode(w, r)
+	if !ok {
 		return
 	}
-	name := req.Model
-	if name == "" {
-		name = req.Name
-	}
-	if name == "" {
-		writeError(w, http.StatusBadRequest, "model is required")
-		return
-	}
-	res, err := s.call(r, http.MethodPost, "/v1/models/pull", map[string]string{"model_key": modelName(name)})
+	res, err := s.call(r, http.MethodPost, "/v1/models/pull", map[string]string{"model_key": name})
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -216,4 +194,29 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 			out.line(map[string]string{"status": "pulling " + ev.ModelKey})
 		}
 	}
+}
+
+// modelRequest is the body of /api/show and /api/pull: the model under
+// "model" (or the older "name"), and for pull whether to stream.
+type modelRequest struct {
+	Model  string `json:"model"`
+	Name   string `json:"name"`
+	Stream *bool  `json:"stream"`
+}
+
+// decode reads the body and returns the model name after Ollama's naming
+// rule; it has answered 400 when it returns false.
+func (m *modelRequest) decode(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if !decode(w, r, m) {
+		return "", false
+	}
+	name := m.Model
+	if name == "" {
+		name = m.Name
+	}
+	if name == "" {
+		writeError(w, http.StatusBadRequest, "model is required")
+		return "", false
+	}
+	return modelName(name), true
 }

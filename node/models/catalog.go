@@ -20,6 +20,18 @@ import (
 // Entry is one obtainable model: the spec's catalogue fields, how to
 // install it and where its files come from, and its model card.
 type Entry struct {
+	Listing
+	// Install is the manifest recipe written when the model is installed.
+	Install Recipe `json:"install"`
+	// Files are downloaded into the model's (flat) folder.
+	Files []File `json:"files"`
+	// Card is the model card served by the provenance endpoint.
+	Card *Card `json:"card,omitempty"`
+}
+
+// Listing is what the catalogue shows of a model: the spec's descriptive
+// catalogue fields (the state fields are added by the node).
+type Listing struct {
 	// Key is the canonical id used in requests and pulls.
 	Key                 string   `json:"key"`
 	DisplayName         string   `json:"display_name"`
@@ -34,12 +46,6 @@ type Entry struct {
 	License             string   `json:"license"`
 	HomepageURL         string   `json:"homepage_url"`
 	SourceRepository    string   `json:"source_repository"`
-	// Install is the manifest recipe written when the model is installed.
-	Install Recipe `json:"install"`
-	// Files are downloaded into the model's (flat) folder.
-	Files []File `json:"files"`
-	// Card is the model card served by the provenance endpoint.
-	Card *Card `json:"card,omitempty"`
 }
 
 // Recipe is the part of a Manifest a catalogue entry fixes in advance.

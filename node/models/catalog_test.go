@@ -14,7 +14,7 @@ import (
 )
 
 func entry(key, name string) Entry {
-	return Entry{Key: key, DisplayName: name, Modalities: []string{"embeddings"},
+	return Entry{Listing: Listing{Key: key, DisplayName: name, Modalities: []string{"embeddings"}},
 		Install: Recipe{Name: name, Tag: "v1", Task: "embeddings", Files: map[string]string{"model": "model.onnx"}},
 		Files:   []File{{Name: "model.onnx", URL: "https://example.invalid/" + name + "/model.onnx", Size: 10}}}
 }

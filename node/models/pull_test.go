@@ -108,7 +108,7 @@ func newPullFixture(t *testing.T, corrupt bool) *pullFixture {
 		files = append(files, File{Name: n, URL: f.srv.URL + "/" + n, Size: int64(len(f.files[n])), SHA256: s})
 	}
 	src := catalogFile{Entries: []Entry{{
-		Key: f.key, DisplayName: "Test encoder", Modalities: []string{"embeddings"},
+		Listing: Listing{Key: f.key, DisplayName: "Test encoder", Modalities: []string{"embeddings"}},
 		Install: Recipe{Name: "test-enc", Tag: "v1", Task: "embeddings", Files: map[string]string{"model": "model.onnx", "tokenizer": "tokenizer.json"}},
 		Files:   files,
 		Card:    &Card{Publisher: "tests", License: "MIT"},
