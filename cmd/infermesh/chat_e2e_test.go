@@ -134,6 +134,8 @@ func TestChatThroughMesh(t *testing.T) {
 		{"n>1", openai.ChatCompletionNewParams{Model: model, Messages: user, N: openai.Int(2)}, nil, "n"},
 		{"logprobs", openai.ChatCompletionNewParams{Model: model, Messages: user, Logprobs: openai.Bool(true)}, nil, "logprobs"},
 		{"output cap", openai.ChatCompletionNewParams{Model: model, Messages: user, MaxTokens: openai.Int(65537)}, nil, "max_tokens"},
+		{"context cap", openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.UserMessage(strings.Repeat("zq ", 3000))}}, nil, "messages"},
 		{"image to a text model", openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{
 			openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64,iVBORw0KGgo="})})}}, nil, "messages[0].content"},
 		{"unknown tool call id", openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{
