@@ -189,6 +189,45 @@ func TestAuthAndExactQuotaAcrossProcesses(t *testing.T) {
 	if admitted.Load() != quota || other.Load() != 0 {
 		t.Fatalf("admitted %d of a quota of %d (other outcomes %v)", admitted.Load(), quota, others)
 	}
+	// Usage reaches raft in batches; every node then reports the same
+	// totals, and the quota key's row counts exactly the admitted requests.
+	eventually(t, 10*time.Second, "usage totals agree", func() error {
+		var first string
+		for _, p := range ps {
+			req, _ := http.NewRequest("GET", p.url("/v1/server/usage?by=key"), nil)
+			req.Header.Set("Authorization", "Bearer "+adminKey)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			var u struct {
+				Data []struct {
+					Group    string `json:"group"`
+					Requests int64  `json:"requests"`
+				} `json:"data"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&u)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				return fmt.Errorf("%s: usage %d %v", p.id, resp.StatusCode, err)
+			}
+			var got int64 = -1
+			for _, r := range u.Data {
+				if r.Group == qk.ID {
+					got = r.Requests
+				}
+			}
+			if got != quota {
+				return fmt.Errorf("%s: quota key has %d requests in usage, want %d (%+v)", p.id, got, quota, u.Data)
+			}
+			if s := fmt.Sprint(u.Data); first == "" {
+				first = s
+			} else if s != first {
+				return fmt.Errorf("%s reports %s, another node %s", p.id, s, first)
+			}
+		}
+		return nil
+	})
 
 	// Again with a node killed mid-run: never more than N.
 	qk2 := createKey(t, ps[0], map[string]any{"name": "quota2", "daily_quota": quota})
