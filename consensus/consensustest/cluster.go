@@ -188,9 +188,12 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 		ClusterSecret:      c.opts.Secret,
 		ApplyTimeout:       5 * time.Second,
 		LeaderWait:         5 * time.Second,
-		HeartbeatTimeout:   200 * time.Millisecond,
-		ElectionTimeout:    200 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond,
+		// Short enough for quick elections, long enough that a leader
+		// starved of CPU by a parallel `go test ./...` on two cores keeps
+		// its lease (100ms lost leadership mid-commit under load).
+		HeartbeatTimeout:   400 * time.Millisecond,
+		ElectionTimeout:    400 * time.Millisecond,
+		LeaderLeaseTimeout: 300 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		OnFatal:            func(err error) { c.t.Errorf("consensustest: %s fatal: %v", id, err) },
 		Logger:             logger,
