@@ -95,7 +95,7 @@ func (d *download) file(f planFile) (string, error) {
 		if len(errs) == 0 {
 			errs = append(errs, errors.New("no source has it"))
 		}
-		return CodeDownloadFailed, fmt.Errorf("%s: %w", f.name, errors.Join(errs...))
+		return CodeDownloadFailed, fmt.Errorf("%s: %s", f.name, joinDistinct(errs))
 	}
 
 	d.j.progress(Progress{Phase: "verifying " + f.name, Completed: d.completed(), Total: d.total()}, true)
@@ -260,4 +260,26 @@ func parseContentRange(s string) (start, size int64, ok bool) {
 		size = -1
 	}
 	return start, size, true
+}
+
+// joinDistinct joins error messages, each distinct one once, with the
+// number of attempts that failed with it.
+func joinDistinct(errs []error) string {
+	var order []string
+	count := map[string]int{}
+	for _, err := range errs {
+		m := err.Error()
+		if count[m] == 0 {
+			order = append(order, m)
+		}
+		count[m]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, m := range order {
+		if count[m] > 1 {
+			m = fmt.Sprintf("%s (%d attempts)", m, count[m])
+		}
+		parts = append(parts, m)
+	}
+	return strings.Join(parts, "; ")
 }

@@ -82,7 +82,8 @@ func (j *Job) progress(p Progress, force bool) {
 		j.bps = int64(float64(p.Completed-j.winBytes) / el.Seconds())
 		j.winStart, j.winBytes = now, p.Completed
 	} else if j.bps == 0 {
-		if el := now.Sub(j.start); el > 0 {
+		// A first estimate once there is enough time to measure over.
+		if el := now.Sub(j.start); el >= 100*time.Millisecond {
 			j.bps = int64(float64(p.Completed) / el.Seconds())
 		}
 	}
