@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -444,5 +445,47 @@ func TestPlaintextKeysNeverReachDisk(t *testing.T) {
 	}
 	if snapshots < 3 {
 		t.Fatalf("%d snapshot files found, want one per node", snapshots)
+	}
+}
+
+// blackhole is a transport whose calls are sent and never answered, like a
+// leader behind a partition that drops every packet: each call blocks
+// until its context ends. Every call is announced on sent.
+type blackhole struct{ sent chan struct{} }
+
+func (b blackhole) RoundTrip(req *http.Request) (*http.Response, error) {
+	select {
+	case b.sent <- struct{}{}:
+	default:
+	}
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}
+
+// A forwarded write whose leader goes silent ends when the follower stops
+// following that leader, with an unknown outcome (503 upstream), instead of
+// waiting for the forward timeout: the regression test for chaos scenario
+// short-minority-partition, where a key revoke forwarded to a just-isolated
+// leader outlived the client's timeout. The forward timeout here is an hour,
+// so without the leader-change watch the call would never return in time
+// for the test to finish.
+func TestForwardToASilentLeaderEndsWhenTheLeaderChanges(t *testing.T) {
+	hole := blackhole{sent: make(chan struct{}, 1)}
+	c := startThree(t, consensustest.Options{Configure: func(cfg *consensus.Config) {
+		cfg.HTTPClient = &http.Client{Transport: hole}
+		cfg.ApplyTimeout = time.Hour
+	}})
+	old := c.Leader()
+	follower := c.Followers()[0]
+	done := make(chan error, 1)
+	go func() {
+		_, err := follower.Node.Apply(context.Background(), createKey("sk-silent-leader", 0))
+		done <- err
+	}()
+	<-hole.sent
+	c.Kill(old.ID)
+	err := <-done
+	if !errors.Is(err, consensus.ErrNoLeader) || !errors.Is(err, consensus.ErrOutcomeUnknown) {
+		t.Fatalf("forward to a leader that went away: %v, want ErrNoLeader with ErrOutcomeUnknown", err)
 	}
 }

@@ -82,11 +82,19 @@ func (n *Node) forward(ctx context.Context, leaderID string, cmd *Command) (*pb.
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.fwd.timeout)
 	defer cancel()
+	ctx, stopWatch := n.whileLeader(ctx, leaderID)
+	defer stopWatch()
 	req := connect.NewRequest(&pb.ApplyRequest{Command: cmd, OriginNodeId: n.cfg.NodeID})
 	req.Header().Set(SecretHeader, n.fwd.secret)
 	resp, err := n.fwd.client(addr).Apply(ctx, req)
 	if err == nil {
 		return resp.Msg.GetResult(), nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errLeaderChanged) {
+		// The leader this attempt went to lost its place (a partition or a
+		// crash): stop waiting for an answer that may never come. The call
+		// may have reached it, so the outcome is unknown.
+		return nil, outcomeUnknown(fmt.Errorf("forward to %s: %w", leaderID, cause))
 	}
 	var op *net.OpError
 	switch code := connect.CodeOf(err); {
@@ -103,6 +111,47 @@ func (n *Node) forward(ctx context.Context, leaderID string, cmd *Command) (*pb.
 		return nil, fmt.Errorf("%w: leader %s: %w", ErrHalted, leaderID, err)
 	}
 	return nil, outcomeUnknown(fmt.Errorf("forward to %s: %w", leaderID, err))
+}
+
+// errLeaderChanged ends a forwarded attempt whose leader this node no
+// longer follows.
+var errLeaderChanged = errors.New("consensus: leader changed while the call was in flight")
+
+// leaderPoll is how often an in-flight forward checks that its leader is
+// still the one this node follows. Raft notices a lost leader after its
+// heartbeat timeout; this adds at most one poll to that.
+const leaderPoll = 20 * time.Millisecond
+
+// whileLeader returns a context that ends, with cause errLeaderChanged,
+// once this node stops naming leaderID as the leader (another leader was
+// elected, or this node's heartbeat timeout fired and it no longer knows
+// one). Without it a call to a leader cut off by a partition would wait
+// out its whole timeout, although raft has already given up on it. stop
+// releases the watch.
+func (n *Node) whileLeader(parent context.Context, leaderID string) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if n.Leader() != leaderID {
+					cancel(errLeaderChanged)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(nil)
+	}
 }
 
 // Handler returns the ConsensusService path and handler, to be mounted on
