@@ -176,18 +176,18 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg := consensus.Config{
-		NodeID:             id,
-		AdvertiseAddr:      p.Addr,
-		DataDir:            dir,
-		RaftListener:       p.mux.Raft(),
-		Join:               join,
-		Voters:             c.opts.Voters,
-		ReapTimeout:        c.opts.ReapTimeout,
-		ReconcileInterval:  c.opts.ReconcileInterval,
-		Members:            c,
-		ClusterSecret:      c.opts.Secret,
-		ApplyTimeout:       5 * time.Second,
-		LeaderWait:         5 * time.Second,
+		NodeID:            id,
+		AdvertiseAddr:     p.Addr,
+		DataDir:           dir,
+		RaftListener:      p.mux.Raft(),
+		Join:              join,
+		Voters:            c.opts.Voters,
+		ReapTimeout:       c.opts.ReapTimeout,
+		ReconcileInterval: c.opts.ReconcileInterval,
+		Members:           c,
+		ClusterSecret:     c.opts.Secret,
+		ApplyTimeout:      5 * time.Second,
+		LeaderWait:        5 * time.Second,
 		// Short enough for quick elections, long enough that a leader
 		// starved of CPU by a parallel `go test ./...` on two cores keeps
 		// its lease (100ms lost leadership mid-commit under load).
