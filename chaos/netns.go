@@ -59,15 +59,7 @@ func Reexec(ctx context.Context, args []string, stdout, stderr io.Writer) (Reexe
 	if err != nil {
 		return ReexecResult{}, fmt.Errorf("find own executable: %w", err)
 	}
-	mode := ModeRoot
-	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if os.Geteuid() != 0 {
-		mode = ModeUser
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-	}
+	mode, attr := namespaceAttr()
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), EnvNamespace+"="+string(mode))
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, nil
@@ -98,6 +90,38 @@ func Reexec(ctx context.Context, args []string, stdout, stderr io.Writer) (Reexe
 		return res, err
 	}
 	return res, nil
+}
+
+// namespaceAttr is how Reexec starts its child: a new network namespace,
+// plus a user namespace when not root.
+func namespaceAttr() (NamespaceMode, *syscall.SysProcAttr) {
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if os.Geteuid() == 0 {
+		return ModeRoot, attr
+	}
+	attr.Cloneflags |= syscall.CLONE_NEWUSER
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	attr.GidMappingsEnableSetgroups = false
+	return ModeUser, attr
+}
+
+// CheckNamespaces starts `true` the way Reexec starts its child and reports
+// why that failed (no permission to make namespaces, e.g. in a container
+// without CAP_SYS_ADMIN or with unprivileged user namespaces disabled), or
+// nil when it works.
+func CheckNamespaces(ctx context.Context) error {
+	tru, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("find true: %w", err)
+	}
+	mode, attr := namespaceAttr()
+	cmd := exec.CommandContext(ctx, tru)
+	cmd.SysProcAttr = attr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("cannot create a network namespace (%s mode): %w", mode, err)
+	}
+	return nil
 }
 
 // Namespace is the private network namespace this process runs in.
