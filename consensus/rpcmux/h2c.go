@@ -22,9 +22,24 @@ func NewServer(h http.Handler) *http.Server {
 	}
 }
 
+// Health check of client connections: a connection that has received
+// nothing for PingAfter is pinged, and closed (failing every call on it) when
+// the answer takes longer than PingTimeout.
+const (
+	PingAfter   = 2 * time.Second
+	PingTimeout = 2 * time.Second
+)
+
 // NewClient returns an http.Client that speaks HTTP/2 cleartext with prior
 // knowledge to http:// URLs, the transport for node-to-node Connect calls.
 // dialTimeout bounds connection setup.
+//
+// HTTP/2 carries every call to a peer on one TCP connection, so a
+// connection whose packets stopped (a partition, a paused peer) must not
+// stay in the pool: calls queued on it after the network heals wait behind
+// the kernel's retransmission backoff, which grows to tens of seconds. The
+// health check (PingAfter, PingTimeout) closes such a connection; the next
+// call dials afresh.
 func NewClient(dialTimeout time.Duration) *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
@@ -35,5 +50,6 @@ func NewClient(dialTimeout time.Duration) *http.Client {
 			return d.DialContext(ctx, network, addr)
 		},
 		IdleConnTimeout: 2 * time.Minute,
+		HTTP2:           &http.HTTP2Config{SendPingTimeout: PingAfter, PingTimeout: PingTimeout},
 	}}
 }
