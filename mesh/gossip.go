@@ -100,8 +100,8 @@ func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 		// This node owns its record and never takes it from others. A copy
 		// from a previous life that is not older than the current version
 		// (the clock went back across a restart) would win everywhere, so
-		// move past it.
-		if m.local.adopt(recordVersion(r)) {
+		// move past it; an echo of the current record is not one.
+		if m.local.adopt(r) {
 			m.log.Warn("saw a newer record of this node from an earlier run; moving past it")
 			m.publish()
 		}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/infermesh/infermesh/mesh/route"
 	meshv1 "github.com/infermesh/infermesh/proto/gen/infermesh/mesh/v1"
 )
@@ -40,7 +42,8 @@ type localState struct {
 	seq     uint64
 	health  route.Health
 	routing Routing
-	models  map[string]bool // installed model -> warm
+	models  map[string]bool    // installed model -> warm
+	last    *meshv1.NodeRecord // the record next built last; nil before
 	info    map[string]ModelInfo
 	latency map[string]float64 // model -> moving average in microseconds
 }
@@ -159,12 +162,18 @@ func (l *localState) setLeaving() {
 	l.mu.Unlock()
 }
 
-// adopt moves the local version past v if v is not older; it reports
-// whether it did.
-func (l *localState) adopt(v version) bool {
+// adopt moves the local version past r's if r is a record of this node
+// that is not older than the last one published and is not that record
+// itself; it reports whether it did. Peers echo the current record back
+// (relays, push-pull), and an echo must not count as a record from an
+// earlier run: moving past it publishes a record whose echo comes back in
+// turn, a loop that republished many times a second.
+func (l *localState) adopt(r *meshv1.NodeRecord) bool {
+	v := recordVersion(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if (version{l.epoch, l.seq}).after(v) {
+	cur := version{l.epoch, l.seq}
+	if cur.after(v) || (v == cur && proto.Equal(r, l.last)) {
 		return false
 	}
 	l.epoch, l.seq = v.epoch, v.seq
@@ -201,6 +210,7 @@ func (l *localState) next() *meshv1.NodeRecord {
 		r.Models = append(r.Models, &meshv1.ModelState{Model: m, Warm: l.models[m], LatencyUs: uint64(math.Round(l.latency[m])),
 			WireId: in.WireID, Task: in.Task, CreatedUnix: in.Created})
 	}
+	l.last = proto.Clone(r).(*meshv1.NodeRecord)
 	return r
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/infermesh/infermesh/mesh/route"
 	meshv1 "github.com/infermesh/infermesh/proto/gen/infermesh/mesh/v1"
 )
@@ -149,11 +151,19 @@ func TestTableEjectRestoresOnlyOnNewerReady(t *testing.T) {
 func TestLocalStateAdoptsNewerSelfRecord(t *testing.T) {
 	l := newLocalState("me", 100, 0.2, time.Now)
 	l.next()
-	l.next() // (100, 2)
-	if l.adopt(version{100, 1}) {
+	current := l.next() // (100, 2)
+	if l.adopt(&meshv1.NodeRecord{NodeId: "me", Epoch: 100, Seq: 1}) {
 		t.Fatal("adopted an older version")
 	}
-	if !l.adopt(version{200, 7}) {
+	// A peer echoing the record just published is not an earlier run.
+	if l.adopt(proto.Clone(current).(*meshv1.NodeRecord)) {
+		t.Fatal("adopted an echo of the current record")
+	}
+	// Same version, other content: a record from an earlier run.
+	if !l.adopt(&meshv1.NodeRecord{NodeId: "me", Epoch: 100, Seq: 2, UpdatedUnixMs: 1}) {
+		t.Fatal("did not adopt a same-version record from an earlier life")
+	}
+	if !l.adopt(&meshv1.NodeRecord{NodeId: "me", Epoch: 200, Seq: 7}) {
 		t.Fatal("did not adopt a newer version from an earlier life")
 	}
 	if r := l.next(); r.GetEpoch() != 200 || r.GetSeq() != 8 {
