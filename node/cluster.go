@@ -349,8 +349,9 @@ func (n *Node) publishModels() {
 }
 
 // Serve makes *Node the API's dispatcher.
-func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte) {
+func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool) {
 	f := requestFacts(r, model)
+	f.OnePiece = !stream
 	n.finishServe(f, n.cluster.disp.Serve(w, r, f, body))
 }
 

@@ -196,6 +196,22 @@ func (c *Client) Forward(ctx context.Context, addr string, req *Request) (*Strea
 	}
 	creq := connect.NewRequest(msg)
 	creq.Header().Set(SecretHeader, c.cfg.ClusterSecret)
+	if req.Unary {
+		resp, err := c.peer(addr).ForwardUnary(ctx, creq)
+		if err == nil {
+			return &Stream{whole: resp.Msg, unary: true, met: c.met}, nil
+		}
+		if !tooLarge(err) {
+			c.met.calls.WithLabelValues(resultOf(err)).Inc()
+			return nil, err
+		}
+		// The response outgrew the peer's unary limit: nothing reached
+		// the client, so ask again for a stream. The peer runs the
+		// request twice; only responses over the limit (64 MiB by
+		// default) pay that.
+		c.met.calls.WithLabelValues("unary_too_large").Inc()
+		c.log.Warn("response too large for a unary forward; retrying as a stream", "peer", addr, "request_id", req.RequestID)
+	}
 	s, err := c.peer(addr).Forward(ctx, creq)
 	if err != nil {
 		c.met.calls.WithLabelValues(resultOf(err)).Inc()
@@ -229,7 +245,8 @@ var ErrProtocol = errors.New("forward: malformed response stream")
 // Stream is one forwarded response. Read the head, then body chunks until
 // io.EOF, then the trailer. It is not safe for concurrent use.
 type Stream struct {
-	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse]
+	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse] // nil for a unary call
+	unary   bool                                                      // whole holds the entire response
 	met     *clientMetrics
 	head    bool
 	whole   *forwardv1.Whole   // a Whole frame whose body is still to be read
@@ -244,6 +261,16 @@ type Stream struct {
 func (s *Stream) Head() (Head, error) {
 	if s.head {
 		return Head{}, fmt.Errorf("%w: head read twice", ErrProtocol)
+	}
+	if s.unary {
+		h := s.whole.GetHead()
+		if h == nil {
+			err := fmt.Errorf("%w: unary response without a head", ErrProtocol)
+			s.count(err)
+			return Head{}, err
+		}
+		s.head = true
+		return Head{Status: int(h.GetStatus()), Header: headersFromProto(h.GetHeaders())}, nil
 	}
 	if !s.s.Receive() {
 		err := s.s.Err()
@@ -318,6 +345,12 @@ func (s *Stream) Next() (data []byte, flush bool, err error) {
 // trailer. It returns io.EOF on success.
 func (s *Stream) end(t *forwardv1.Trailer) error {
 	s.ended = true
+	if s.unary {
+		u := t.GetUsage()
+		s.trailer = Trailer{Usage: Usage{PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens()}, Err: t.GetError()}
+		s.count(nil)
+		return io.EOF
+	}
 	if s.s.Receive() {
 		err := fmt.Errorf("%w: frame after the trailer", ErrProtocol)
 		s.count(err)
@@ -342,6 +375,9 @@ func (s *Stream) Close() error {
 	if !s.counted {
 		s.counted = true
 		s.met.calls.WithLabelValues("abandoned").Inc()
+	}
+	if s.s == nil {
+		return nil
 	}
 	return s.s.Close()
 }

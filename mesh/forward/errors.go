@@ -33,6 +33,13 @@ func IsDraining(err error) bool {
 	return errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && ce.Meta().Get(RefusalHeader) == "draining"
 }
 
+// tooLarge reports a ForwardUnary refusal of a response over the unary
+// limit.
+func tooLarge(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Meta().Get(RefusalHeader) == refusalTooLarge
+}
+
 // IsUnauthenticated reports whether the peer rejected the cluster secret.
 func IsUnauthenticated(err error) bool {
 	return connect.CodeOf(err) == connect.CodeUnauthenticated

@@ -64,6 +64,11 @@ type Request struct {
 	OriginNodeID string
 	// Model is the model the request was routed for, if known.
 	Model string
+	// Unary says the response comes in one piece (no server-sent events):
+	// it travels as one ForwardUnary message instead of a stream. A
+	// handler flush is then ignored, and a response over the peer's unary
+	// limit fails before any of it is sent.
+	Unary bool
 }
 
 // Info describes a forwarded request to the local handler that serves it.

@@ -83,7 +83,15 @@ func readAll(t *testing.T, s *forward.Stream) (forward.Head, []byte, forward.Tra
 	}
 }
 
+// TestForwardRoundTrip checks the replay and the response through both
+// calls: the stream (Forward) and the one-message call (ForwardUnary).
 func TestForwardRoundTrip(t *testing.T) {
+	for _, unary := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unary=%v", unary), func(t *testing.T) { testForwardRoundTrip(t, unary) })
+	}
+}
+
+func testForwardRoundTrip(t *testing.T, unary bool) {
 	var seen atomic.Pointer[http.Request]
 	var seenBody atomic.Value
 	p := startPeer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -118,7 +126,7 @@ func TestForwardRoundTrip(t *testing.T) {
 		Method: "POST", Path: "/v1/embeddings?user=1&x=%20y", Host: "api.example", Header: hdr,
 		Body:      []byte(`{"input":"hello"}`),
 		Caller:    forward.Caller{KeyID: "key-1", App: "app-1", ClientAddress: "203.0.113.9:5555", Priority: 2},
-		RequestID: "req-42", Model: "embed/m",
+		RequestID: "req-42", Model: "embed/m", Unary: unary,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -503,5 +511,85 @@ func TestForwardOverH2C(t *testing.T) {
 			t.Fatalf("end: %v", err)
 		}
 		s.Close()
+	}
+}
+
+// TestForwardUnary checks what only the one-message call does: a handler's
+// flushes do not send anything early, a response over the unary limit fails
+// before any of it is sent, and refusals (secret, draining) are the
+// stream's.
+func TestForwardUnary(t *testing.T) {
+	var calls atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		n := 10
+		if r.URL.Path == "/big" {
+			n = 3000
+		}
+		for range n {
+			io.WriteString(w, "0123456789")
+			w.(http.Flusher).Flush()
+		}
+	})
+	srv, err := forward.NewServer(forward.ServerConfig{NodeID: "srv", ClusterSecret: secret, ChunkSize: 16, MaxUnaryBytes: 20000}, h, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(srv.Handler())
+	hs := forward.NewHTTPServer(mux, nil)
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+	c := newClient(t, secret)
+
+	s, err := c.Forward(context.Background(), addr, &forward.Request{Method: "GET", Path: "/small", Unary: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := s.Head()
+	if err != nil || head.Status != 200 || head.Flush {
+		t.Fatalf("head %+v, %v", head, err)
+	}
+	chunk, flush, err := s.Next()
+	if err != nil || flush || string(chunk) != strings.Repeat("0123456789", 10) {
+		t.Fatalf("one chunk with the whole body and no flush mark, got %q flush=%v err=%v", chunk, flush, err)
+	}
+	if _, _, err := s.Next(); err != io.EOF {
+		t.Fatalf("after the body: %v, want EOF", err)
+	}
+	s.Close()
+
+	// Over the unary limit the client asks again for a stream: the body
+	// arrives whole and the handler ran twice.
+	before := calls.Load()
+	s, err = c.Forward(context.Background(), addr, &forward.Request{Method: "GET", Path: "/big", Unary: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, _, err := readAll(t, s)
+	s.Close()
+	if err != nil || string(body) != strings.Repeat("0123456789", 3000) {
+		t.Fatalf("30000-byte body over a 20000-byte unary limit: %d bytes, %v", len(body), err)
+	}
+	if n := calls.Load() - before; n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (unary refused, then the stream)", n)
+	}
+
+	if _, err := newClient(t, "wrong").Forward(context.Background(), addr, &forward.Request{Method: "GET", Path: "/small", Unary: true}); !forward.IsUnauthenticated(err) {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	before = calls.Load()
+	srv.SetDraining(true)
+	_, err = c.Forward(context.Background(), addr, &forward.Request{Method: "GET", Path: "/small", Unary: true})
+	if !forward.IsDraining(err) || !forward.Retryable(err) {
+		t.Fatalf("draining: %v, want a retryable draining refusal", err)
+	}
+	if calls.Load() != before {
+		t.Fatal("the handler ran for a refused call")
 	}
 }

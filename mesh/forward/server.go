@@ -32,6 +32,10 @@ type ServerConfig struct {
 	ChunkSize int
 	// MaxRequestBytes bounds an incoming ForwardRequest. Default 64 MiB.
 	MaxRequestBytes int
+	// MaxUnaryBytes bounds the body of a ForwardUnary response; a larger
+	// one fails the call with RESOURCE_EXHAUSTED before anything is sent.
+	// Default 64 MiB.
+	MaxUnaryBytes int
 }
 
 // Server serves ForwardService: it replays forwarded requests into the
@@ -65,6 +69,9 @@ func NewServer(cfg ServerConfig, local http.Handler, logger *slog.Logger, reg pr
 	}
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = 64 << 20
+	}
+	if cfg.MaxUnaryBytes <= 0 {
+		cfg.MaxUnaryBytes = 64 << 20
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -171,9 +178,30 @@ type service struct {
 
 // Forward serves one ForwardService.Forward call.
 func (sv *service) Forward(ctx context.Context, req *connect.Request[forwardv1.ForwardRequest], stream *connect.ServerStream[forwardv1.ForwardResponse]) error {
-	s := sv.s
+	return sv.s.replay(ctx, req.Msg, newStreamWriter(stream.Send, flushGateFrom(ctx), sv.s.cfg.ChunkSize))
+}
+
+// ForwardUnary serves one ForwardService.ForwardUnary call: the same replay
+// with the whole response collected into one message.
+func (sv *service) ForwardUnary(ctx context.Context, req *connect.Request[forwardv1.ForwardRequest]) (*connect.Response[forwardv1.Whole], error) {
+	var whole *forwardv1.Whole
+	w := newUnaryWriter(func(m *forwardv1.ForwardResponse) error {
+		whole = m.GetWhole()
+		return nil
+	}, sv.s.cfg.MaxUnaryBytes)
+	if err := sv.s.replay(ctx, req.Msg, w); err != nil {
+		return nil, err
+	}
+	if whole == nil {
+		return nil, connect.NewError(connect.CodeInternal, errors.New("forward: no response collected"))
+	}
+	return connect.NewResponse(whole), nil
+}
+
+// replay admits one forwarded request and runs it on the local handler,
+// writing the response to w.
+func (s *Server) replay(ctx context.Context, msg *forwardv1.ForwardRequest, w *streamWriter) error {
 	start := time.Now()
-	msg := req.Msg
 	if !s.enter() {
 		s.met.calls.WithLabelValues("draining").Inc()
 		err := connect.NewError(connect.CodeUnavailable, errors.New("node is draining"))
@@ -190,7 +218,6 @@ func (sv *service) Forward(ctx context.Context, req *connect.Request[forwardv1.F
 		s.met.calls.WithLabelValues("bad_request").Inc()
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	w := newStreamWriter(stream.Send, flushGateFrom(ctx), s.cfg.ChunkSize)
 	err = w.serve(s.local, r)
 	result := "ok"
 	if err != nil {

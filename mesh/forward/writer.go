@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 
+	"connectrpc.com/connect"
+
 	forwardv1 "github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1"
 )
 
@@ -68,11 +70,30 @@ type streamWriter struct {
 	err       error // first send error; later writes fail with it
 	usage     Usage
 	done      bool
+	unary     int // > 0: collect the whole body (at most this many bytes) for one Whole message
 }
 
 func newStreamWriter(send func(*forwardv1.ForwardResponse) error, gate *flushGate, chunk int) *streamWriter {
 	return &streamWriter{send: send, gate: gate, chunk: chunk, header: http.Header{}}
 }
+
+// newUnaryWriter returns a writer that sends nothing until the handler
+// returns, then the whole response as one Whole message; flushes are
+// ignored and a body over limit bytes fails the writes.
+func newUnaryWriter(send func(*forwardv1.ForwardResponse) error, limit int) *streamWriter {
+	return &streamWriter{send: send, header: http.Header{}, unary: limit}
+}
+
+// errUnaryTooLarge fails a ForwardUnary call whose response outgrew the
+// limit; the refusal header tells the client to ask again as a stream.
+var errUnaryTooLarge = func() *connect.Error {
+	err := connect.NewError(connect.CodeResourceExhausted, errors.New("forward: response too large for a unary forward"))
+	err.Meta().Set(RefusalHeader, refusalTooLarge)
+	return err
+}()
+
+// refusalTooLarge is the RefusalHeader value of errUnaryTooLarge.
+const refusalTooLarge = "unary-too-large"
 
 // Header returns the response headers the handler sets.
 func (w *streamWriter) Header() http.Header { return w.header }
@@ -110,6 +131,14 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 	if !bodyAllowed(w.status) {
 		return 0, http.ErrBodyNotAllowed
 	}
+	if w.unary > 0 {
+		if len(w.buf)+len(p) > w.unary {
+			w.err = errUnaryTooLarge
+			return 0, w.err
+		}
+		w.buf = append(w.buf, p...)
+		return len(p), nil
+	}
 	n := len(p)
 	for len(p) > 0 {
 		room := w.chunk - len(w.buf)
@@ -136,6 +165,9 @@ func (w *streamWriter) FlushError() error {
 		return nil
 	}
 	w.writeHeaderLocked(http.StatusOK)
+	if w.unary > 0 {
+		return w.err
+	}
 	return w.sendLocked(true)
 }
 
@@ -207,6 +239,9 @@ func (w *streamWriter) serve(h http.Handler, r *http.Request) (err error) {
 	w.done = true
 	if failure != "" && !w.headSent {
 		return errors.New(failure)
+	}
+	if w.unary > 0 && w.err != nil {
+		return w.err
 	}
 	t := &forwardv1.Trailer{Error: failure}
 	if w.usage != (Usage{}) {

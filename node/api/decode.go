@@ -93,10 +93,25 @@ func goTypeName(t string) string {
 // peekModel reads the top-level "model" string of a JSON body without
 // decoding the rest; used for routing and for routes without an engine yet.
 func peekModel(body []byte) (string, error) {
+	model, _, err := peekRoute(body)
+	return model, err
+}
+
+// peekRoute is peekModel that also reports whether the body asks for
+// server-sent events: a top-level "stream" that is literally true. Anything
+// else (absent, false, malformed) means a one-piece response, which is also
+// what a handler refusing the body answers with.
+func peekRoute(body []byte) (model string, stream bool, err error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(body, &probe); err != nil {
-		return "", jsonError(err)
+		return "", false, jsonError(err)
 	}
+	stream = string(bytes.TrimSpace(probe["stream"])) == "true"
+	model, err = modelOf(probe)
+	return model, stream, err
+}
+
+func modelOf(probe map[string]json.RawMessage) (string, error) {
 	raw, ok := probe["model"]
 	if !ok {
 		return "", BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")

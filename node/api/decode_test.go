@@ -95,3 +95,25 @@ func TestPeekModel(t *testing.T) {
 		}
 	}
 }
+
+// TestPeekRouteStream: only a top-level "stream" that is literally true
+// makes a request a stream (forwarded as one); anything else is one piece.
+func TestPeekRouteStream(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"model":"m","stream":true}`:                     true,
+		`{"model":"m", "stream" :  true }`:                true,
+		`{"model":"m","stream":false}`:                    false,
+		`{"model":"m"}`:                                   false,
+		`{"model":"m","stream":"true"}`:                   false,
+		`{"model":"m","stream":1}`:                        false,
+		`{"model":"m","Stream":true}`:                     false,
+		`{"model":"m","options":{"stream":true}}`:         false,
+		`{"model":"m","stream":true,"stream":false}`:      false,
+		`not json, "stream":true`:                         false,
+		`{"model":"m","messages":[],"stream":true,"n":1}`: true,
+	} {
+		if _, got, _ := peekRoute([]byte(body)); got != want {
+			t.Errorf("%s: stream %v, want %v", body, got, want)
+		}
+	}
+}

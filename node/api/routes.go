@@ -109,7 +109,7 @@ func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) htt
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		model, _ := peekModel(body)
+		model, stream, _ := peekRoute(body)
 		if model == "" && defaultTask != "" {
 			model = s.opt.Backend.DefaultModel(defaultTask)
 		}
@@ -128,6 +128,6 @@ func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) htt
 		} else if done != nil {
 			defer func() { done(sw.code()) }()
 		}
-		s.opt.Dispatcher.Serve(sw, r, m.ID, body)
+		s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream)
 	}
 }

@@ -86,9 +86,11 @@ type Member struct {
 }
 
 // Dispatcher decides which node serves a request for a model and writes
-// the response (locally through LocalHandler, or from a peer).
+// the response (locally through LocalHandler, or from a peer). stream is
+// set when the request asked for server-sent events ("stream": true);
+// otherwise the response comes in one piece.
 type Dispatcher interface {
-	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte)
+	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool)
 }
 
 // Admission authenticates callers and admits counted work.

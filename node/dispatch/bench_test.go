@@ -60,7 +60,7 @@ func newHopBench(b *testing.B) *hopBench {
 			}
 			url := serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
-				d.Serve(w, r, dispatch.Facts{Model: "m", Caller: forward.Caller{KeyID: "bench"}}, body)
+				d.Serve(w, r, dispatch.Facts{Model: "m", Caller: forward.Caller{KeyID: "bench"}, OnePiece: true}, body)
 			}))
 			mu.Lock()
 			fronts[n.ID] = url

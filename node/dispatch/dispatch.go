@@ -87,6 +87,10 @@ type Facts struct {
 	// RouteKey identifies the caller for sticky routing and the canary
 	// split; empty means Caller.KeyID, else the client's IP address.
 	RouteKey string
+	// OnePiece says the response is not a stream of server-sent events, so
+	// a peer returns it in one unary message (less framing than the
+	// stream). Leave it false when unsure: streaming works for any response.
+	OnePiece bool
 }
 
 // Outcome reports how a request was served, for logs, usage and audit.
@@ -130,6 +134,7 @@ type Dispatcher struct {
 	counter  atomic.Uint64
 	inFlight atomic.Int64
 	outbound sync.Map // peer id -> *atomic.Int64
+	watch    *watcher
 }
 
 // New builds a Dispatcher. local is the node's local-only handler (engines,
@@ -161,7 +166,7 @@ func New(cfg Config, local http.Handler, peers Peers, fwd Forwarder, policy Poli
 	d := &Dispatcher{
 		cfg: cfg, log: logger.With("component", "dispatch", "node", cfg.NodeID),
 		local: local, peers: peers, fwd: fwd, policy: policy, load: load, met: met,
-		salt: hash64(cfg.NodeID), drop: map[string]bool{},
+		salt: hash64(cfg.NodeID), drop: map[string]bool{}, watch: newWatcher(peers),
 	}
 	for _, h := range cfg.DropRequestHeaders {
 		d.drop[http.CanonicalHeaderKey(h)] = true

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
-	"time"
 
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/route"
@@ -29,6 +27,7 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 		Caller:    f.Caller,
 		RequestID: f.RequestID,
 		Model:     f.Model,
+		Unary:     f.OnePiece,
 	}
 	// Until the head arrives, watch the peer: one that gossip stops listing
 	// as routable (partitioned, paused, dead) abandons the attempt so the
@@ -37,16 +36,15 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 	// for the client's timeout (found by the chaos suite).
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	var lost atomic.Bool
-	headDone := make(chan struct{})
-	go d.watchPeer(p.ID, headDone, func() { lost.Store(true); cancel() })
+	a := &attempt{cancel: cancel}
+	d.watch.start(p.ID, a)
 	s, err := d.fwd.Forward(ctx, p.RPCAddr, req)
 	var head forward.Head
 	if err == nil {
 		head, err = s.Head()
 	}
-	close(headDone)
-	if err != nil && lost.Load() && r.Context().Err() == nil {
+	d.watch.stop(p.ID, a)
+	if err != nil && a.lost.Load() && r.Context().Err() == nil {
 		if s != nil {
 			s.Close()
 		}
@@ -125,33 +123,4 @@ func (d *Dispatcher) requestHeader(h http.Header) http.Header {
 		}
 	}
 	return h
-}
-
-// peerWatchInterval is how often a forwarded request waiting for its head
-// checks that the peer is still routable.
-const peerWatchInterval = 250 * time.Millisecond
-
-// watchPeer calls lost once if peer id stops being routable (gone from the
-// table, failed, or ejected) before done is closed.
-func (d *Dispatcher) watchPeer(id string, done <-chan struct{}, lost func()) {
-	t := time.NewTicker(peerWatchInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-		routable := false
-		for _, p := range d.peers.Peers() {
-			if p.ID == id {
-				routable = !p.Ejected && (p.Health == route.HealthReady || p.Health == route.HealthSaturated || p.Health == route.HealthDraining)
-				break
-			}
-		}
-		if !routable {
-			lost()
-			return
-		}
-	}
 }

@@ -752,9 +752,10 @@ const file_infermesh_forward_v1_forward_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens2j\n" +
+	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens2\xbd\x01\n" +
 	"\x0eForwardService\x12X\n" +
-	"\aForward\x12$.infermesh.forward.v1.ForwardRequest\x1a%.infermesh.forward.v1.ForwardResponse0\x01B\xe3\x01\n" +
+	"\aForward\x12$.infermesh.forward.v1.ForwardRequest\x1a%.infermesh.forward.v1.ForwardResponse0\x01\x12Q\n" +
+	"\fForwardUnary\x12$.infermesh.forward.v1.ForwardRequest\x1a\x1b.infermesh.forward.v1.WholeB\xe3\x01\n" +
 	"\x18com.infermesh.forward.v1B\fForwardProtoP\x01ZGgithub.com/infermesh/infermesh/proto/gen/infermesh/forward/v1;forwardv1\xa2\x02\x03IFX\xaa\x02\x14Infermesh.Forward.V1\xca\x02\x14Infermesh\\Forward\\V1\xe2\x02 Infermesh\\Forward\\V1\\GPBMetadata\xea\x02\x16Infermesh::Forward::V1b\x06proto3"
 
 var (
@@ -793,9 +794,11 @@ var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	0,  // 8: infermesh.forward.v1.Head.headers:type_name -> infermesh.forward.v1.Header
 	8,  // 9: infermesh.forward.v1.Trailer.usage:type_name -> infermesh.forward.v1.Usage
 	2,  // 10: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
-	3,  // 11: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
+	2,  // 11: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
+	3,  // 12: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
+	4,  // 13: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name

@@ -38,6 +38,9 @@ const (
 const (
 	// ForwardServiceForwardProcedure is the fully-qualified name of the ForwardService's Forward RPC.
 	ForwardServiceForwardProcedure = "/infermesh.forward.v1.ForwardService/Forward"
+	// ForwardServiceForwardUnaryProcedure is the fully-qualified name of the ForwardService's
+	// ForwardUnary RPC.
+	ForwardServiceForwardUnaryProcedure = "/infermesh.forward.v1.ForwardService/ForwardUnary"
 )
 
 // ForwardServiceClient is a client for the infermesh.forward.v1.ForwardService service.
@@ -51,6 +54,13 @@ type ForwardServiceClient interface {
 	// A model file transfer RPC is planned next to this one; it will get its
 	// own request and response messages and does not change Forward.
 	Forward(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.ServerStreamForClient[v1.ForwardResponse], error)
+	// ForwardUnary replays a request whose response the caller knows comes
+	// in one piece (no server-sent events) and returns it whole. It is the
+	// same replay as Forward with less framing: no stream envelope, no
+	// end-of-stream message, a response of known length. A handler flush is
+	// ignored; a response over the server's unary limit fails with
+	// RESOURCE_EXHAUSTED before any of it is sent.
+	ForwardUnary(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error)
 }
 
 // NewForwardServiceClient constructs a client for the infermesh.forward.v1.ForwardService service.
@@ -70,17 +80,29 @@ func NewForwardServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(forwardServiceMethods.ByName("Forward")),
 			connect.WithClientOptions(opts...),
 		),
+		forwardUnary: connect.NewClient[v1.ForwardRequest, v1.Whole](
+			httpClient,
+			baseURL+ForwardServiceForwardUnaryProcedure,
+			connect.WithSchema(forwardServiceMethods.ByName("ForwardUnary")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // forwardServiceClient implements ForwardServiceClient.
 type forwardServiceClient struct {
-	forward *connect.Client[v1.ForwardRequest, v1.ForwardResponse]
+	forward      *connect.Client[v1.ForwardRequest, v1.ForwardResponse]
+	forwardUnary *connect.Client[v1.ForwardRequest, v1.Whole]
 }
 
 // Forward calls infermesh.forward.v1.ForwardService.Forward.
 func (c *forwardServiceClient) Forward(ctx context.Context, req *connect.Request[v1.ForwardRequest]) (*connect.ServerStreamForClient[v1.ForwardResponse], error) {
 	return c.forward.CallServerStream(ctx, req)
+}
+
+// ForwardUnary calls infermesh.forward.v1.ForwardService.ForwardUnary.
+func (c *forwardServiceClient) ForwardUnary(ctx context.Context, req *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error) {
+	return c.forwardUnary.CallUnary(ctx, req)
 }
 
 // ForwardServiceHandler is an implementation of the infermesh.forward.v1.ForwardService service.
@@ -94,6 +116,13 @@ type ForwardServiceHandler interface {
 	// A model file transfer RPC is planned next to this one; it will get its
 	// own request and response messages and does not change Forward.
 	Forward(context.Context, *connect.Request[v1.ForwardRequest], *connect.ServerStream[v1.ForwardResponse]) error
+	// ForwardUnary replays a request whose response the caller knows comes
+	// in one piece (no server-sent events) and returns it whole. It is the
+	// same replay as Forward with less framing: no stream envelope, no
+	// end-of-stream message, a response of known length. A handler flush is
+	// ignored; a response over the server's unary limit fails with
+	// RESOURCE_EXHAUSTED before any of it is sent.
+	ForwardUnary(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error)
 }
 
 // NewForwardServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -109,10 +138,18 @@ func NewForwardServiceHandler(svc ForwardServiceHandler, opts ...connect.Handler
 		connect.WithSchema(forwardServiceMethods.ByName("Forward")),
 		connect.WithHandlerOptions(opts...),
 	)
+	forwardServiceForwardUnaryHandler := connect.NewUnaryHandler(
+		ForwardServiceForwardUnaryProcedure,
+		svc.ForwardUnary,
+		connect.WithSchema(forwardServiceMethods.ByName("ForwardUnary")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/infermesh.forward.v1.ForwardService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ForwardServiceForwardProcedure:
 			forwardServiceForwardHandler.ServeHTTP(w, r)
+		case ForwardServiceForwardUnaryProcedure:
+			forwardServiceForwardUnaryHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -124,4 +161,8 @@ type UnimplementedForwardServiceHandler struct{}
 
 func (UnimplementedForwardServiceHandler) Forward(context.Context, *connect.Request[v1.ForwardRequest], *connect.ServerStream[v1.ForwardResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("infermesh.forward.v1.ForwardService.Forward is not implemented"))
+}
+
+func (UnimplementedForwardServiceHandler) ForwardUnary(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infermesh.forward.v1.ForwardService.ForwardUnary is not implemented"))
 }
