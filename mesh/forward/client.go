@@ -54,7 +54,7 @@ type ClientConfig struct {
 type Client struct {
 	cfg  ClientConfig
 	log  *slog.Logger
-	http *http.Client
+	http connect.HTTPClient
 	tr   *http.Transport
 	met  *clientMetrics
 
@@ -96,7 +96,7 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 	return &Client{
 		cfg:   cfg,
 		log:   logger.With("component", "forward", "node", cfg.NodeID),
-		http:  &http.Client{Transport: memBody{tr}},
+		http:  memBody{tr},
 		tr:    tr,
 		met:   met,
 		peers: map[string]forwardv1connect.ForwardServiceClient{},
@@ -130,16 +130,20 @@ func newTransport(cfg ClientConfig) *http.Transport {
 	}
 }
 
-// memBody hands net/http request bodies up to 1 MiB as in-memory readers.
-// Connect passes its own buffer type, for which net/http flushes the
-// headers in a write of their own before the body; with a known in-memory
-// body both leave in one write.
+// memBody is the connect.HTTPClient of node-to-node calls. It sends each
+// request straight to the transport (there are no redirects, cookies or
+// client timeouts to handle, so http.Client would only add work), and hands
+// request bodies up to 1 MiB to it as in-memory readers: Connect passes its
+// own buffer type, for which net/http flushes the headers in a write of
+// their own before the body; with a known in-memory body both leave in one
+// write.
 type memBody struct {
 	rt http.RoundTripper
 }
 
-// RoundTrip reads a small body into memory and sends the request on.
-func (m memBody) RoundTrip(r *http.Request) (*http.Response, error) {
+// Do reads a small body into memory and sends the request. The request is
+// Connect's, built for this one call, so its body is replaced in place.
+func (m memBody) Do(r *http.Request) (*http.Response, error) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > 1<<20 {
 		return m.rt.RoundTrip(r)
 	}
@@ -149,10 +153,9 @@ func (m memBody) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	r2 := r.WithContext(r.Context()) // RoundTrip must not modify r
-	r2.Body = io.NopCloser(bytes.NewReader(buf))
-	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-	return m.rt.RoundTrip(r2)
+	r.Body = io.NopCloser(bytes.NewReader(buf))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	return m.rt.RoundTrip(r)
 }
 
 // Close drops idle pooled connections.
@@ -387,11 +390,16 @@ func (s *Stream) count(err error) {
 		return
 	}
 	s.counted = true
+	if err == nil {
+		s.met.ok.Inc()
+		return
+	}
 	s.met.calls.WithLabelValues(resultOf(err)).Inc()
 }
 
 type clientMetrics struct {
 	calls *prometheus.CounterVec
+	ok    prometheus.Counter // calls{result="ok"}, resolved once
 }
 
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
@@ -399,6 +407,7 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 		Namespace: "infermesh", Subsystem: "forward", Name: "client_calls_total",
 		Help: "Forward calls made to peers, by result (ok, refused, draining, unavailable, error, abandoned).",
 	}, []string{"result"})}
+	m.ok = m.calls.WithLabelValues("ok")
 	if reg != nil {
 		if err := reg.Register(m.calls); err != nil {
 			return nil, fmt.Errorf("forward: metrics: %w", err)

@@ -35,7 +35,11 @@ func headersFromProto(hs []*forwardv1.Header) http.Header {
 			continue
 		}
 		k := textproto.CanonicalMIMEHeaderKey(name)
-		h[k] = append(h[k], f.GetValues()...)
+		if h[k] == nil {
+			h[k] = f.GetValues() // the message is not reused: share its slice
+		} else {
+			h[k] = append(h[k], f.GetValues()...)
+		}
 	}
 	return h
 }

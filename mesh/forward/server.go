@@ -51,7 +51,7 @@ type Server struct {
 	mu       sync.Mutex
 	draining bool
 	inFlight int
-	idle     chan struct{} // closed when inFlight drops to zero
+	idle     chan struct{} // made by Wait while work is in flight; closed when inFlight drops to zero
 }
 
 // NewServer returns a Server that replays requests into local. local must
@@ -85,9 +85,7 @@ func NewServer(cfg ServerConfig, local http.Handler, logger *slog.Logger, reg pr
 		log:   logger.With("component", "forward", "node", cfg.NodeID),
 		local: local,
 		met:   met,
-		idle:  make(chan struct{}),
 	}
-	close(s.idle)
 	path, h := forwardv1connect.NewForwardServiceHandler(&service{s: s},
 		connect.WithInterceptors(newSecretCheck(cfg.ClusterSecret)),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
@@ -133,7 +131,11 @@ func (s *Server) InFlight() int {
 func (s *Server) Wait(ctx context.Context) error {
 	for {
 		s.mu.Lock()
-		n, idle := s.inFlight, s.idle
+		n := s.inFlight
+		if n > 0 && s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle := s.idle
 		s.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -152,9 +154,6 @@ func (s *Server) enter() bool {
 	if s.draining {
 		return false
 	}
-	if s.inFlight == 0 {
-		s.idle = make(chan struct{})
-	}
 	s.inFlight++
 	s.met.inFlight.Inc()
 	return true
@@ -165,8 +164,9 @@ func (s *Server) exit() {
 	defer s.mu.Unlock()
 	s.inFlight--
 	s.met.inFlight.Dec()
-	if s.inFlight == 0 {
+	if s.inFlight == 0 && s.idle != nil {
 		close(s.idle)
+		s.idle = nil
 	}
 }
 
@@ -219,12 +219,12 @@ func (s *Server) replay(ctx context.Context, msg *forwardv1.ForwardRequest, w *s
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	err = w.serve(s.local, r)
-	result := "ok"
 	if err != nil {
-		result = "error"
+		s.met.calls.WithLabelValues("error").Inc()
 		s.log.Warn("forwarded request failed", "request_id", msg.GetRequestId(), "origin", msg.GetOriginNodeId(), "err", err)
+	} else {
+		s.met.ok.Inc()
 	}
-	s.met.calls.WithLabelValues(result).Inc()
 	s.met.duration.Observe(time.Since(start).Seconds())
 	return err
 }
@@ -277,6 +277,7 @@ func buildRequest(ctx context.Context, m *forwardv1.ForwardRequest) (*http.Reque
 
 type serverMetrics struct {
 	calls    *prometheus.CounterVec
+	ok       prometheus.Counter // calls{result="ok"}, resolved once
 	inFlight prometheus.Gauge
 	duration prometheus.Histogram
 }
@@ -297,6 +298,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}),
 	}
+	m.ok = m.calls.WithLabelValues("ok")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.calls, m.inFlight, m.duration} {
 			if err := reg.Register(c); err != nil {

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	forwardv1 "github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1"
+	"github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1/forwardv1connect"
 )
 
 // flushGate wraps the http.ResponseWriter Connect writes the stream to and
@@ -29,6 +30,10 @@ func gateFlushes(h http.Handler) http.Handler {
 		// The client's own response gets a Date from its node's server;
 		// this internal one needs none.
 		w.Header()["Date"] = nil
+		if r.URL.Path == forwardv1connect.ForwardServiceForwardUnaryProcedure {
+			h.ServeHTTP(w, r) // one message: Connect flushes once, at the end
+			return
+		}
 		g := &flushGate{ResponseWriter: w}
 		h.ServeHTTP(g, r.WithContext(context.WithValue(r.Context(), gateKey{}, g)))
 	})
