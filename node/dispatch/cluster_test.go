@@ -82,6 +82,9 @@ func start(t *testing.T, s spec) *cluster {
 					Model:     r.Header.Get("X-Model"),
 					RequestID: r.Header.Get("X-Request-Id"),
 					Caller:    forward.Caller{KeyID: r.Header.Get("X-Key")},
+					// As the API layer decides it: one piece unless the
+					// body asks for a stream.
+					OnePiece: !strings.Contains(string(body), `"stream":true`),
 				}, body)
 				tn.mu.Lock()
 				tn.outcomes = append(tn.outcomes, o)

@@ -394,7 +394,9 @@ func TestFailureAfterTheHeadIsReported(t *testing.T) {
 			})
 		},
 	})
-	resp, body := c.send(t, "n1", "m", "k", "x")
+	// A stream: the head and "partial" reached the client before the
+	// failure, so the client sees an incomplete body, never a retry.
+	resp, body := c.send(t, "n1", "m", "k", `{"stream":true}`)
 	if resp.StatusCode != 200 || body != "partial" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
 	}
@@ -404,6 +406,18 @@ func TestFailureAfterTheHeadIsReported(t *testing.T) {
 	}
 	if c.nodes["n2"].calls.Load() != 1 {
 		t.Fatal("a request was retried after its head reached the client")
+	}
+	// One piece: nothing left the serving node before the failure, so the
+	// client gets a clean 502 instead of a cut body, and it is not retried.
+	resp, body = c.send(t, "n1", "m", "k", "x")
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, "partial") {
+		t.Fatalf("one-piece failure: %d %q", resp.StatusCode, body)
+	}
+	if o := c.nodes["n1"].lastOutcome(); o.Status != http.StatusBadGateway || errors.Is(o.Err, dispatch.ErrIncomplete) {
+		t.Fatalf("one-piece outcome %+v", o)
+	}
+	if c.nodes["n2"].calls.Load() != 2 {
+		t.Fatal("a failed one-piece request was retried")
 	}
 }
 
