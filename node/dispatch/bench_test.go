@@ -29,6 +29,10 @@ type hopBench struct {
 	want   int
 }
 
+// The front ends mark requests as one-piece answers (Facts.OnePiece), as
+// the API does for an embeddings request, so the mesh hop is a
+// ForwardUnary call; HOP_STREAM=1 makes it the streaming Forward call.
+
 // hopPaths are the compared paths; HOP_ONLY=mesh (or direct, proxy) runs
 // one of them alone, for profiling.
 var hopPaths = func() []string {
@@ -60,7 +64,7 @@ func newHopBench(b *testing.B) *hopBench {
 			}
 			url := serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
-				d.Serve(w, r, dispatch.Facts{Model: "m", Caller: forward.Caller{KeyID: "bench"}, OnePiece: true}, body)
+				d.Serve(w, r, dispatch.Facts{Model: "m", Caller: forward.Caller{KeyID: "bench"}, OnePiece: os.Getenv("HOP_STREAM") == ""}, body)
 			}))
 			mu.Lock()
 			fronts[n.ID] = url
