@@ -110,3 +110,53 @@ func benchmarkBatcher(b *testing.B, dir string, texts []string, threads int) {
 	b.ReportMetric(many.reqPerSec/one.reqPerSec, "x_throughput")
 	b.ReportMetric(ms(many.p99)/ms(one.p99), "x_p99")
 }
+
+// BenchmarkEmbeddingsBatchCeiling measures what batching can gain at all on
+// this machine, without the batcher's queueing: one caller embeds the same
+// texts as 16-text calls (each call runs as one batch, split only by
+// length) and as 1-text calls, in the same run. x_ceiling = texts/s in
+// 16-text calls / texts/s in 1-text calls is the most a dynamic batcher
+// at concurrency 16 could give over batch size 1.
+//
+//	go test -run '^$' -bench EmbeddingsBatchCeiling -benchtime 50x ./node/engine/onnx
+func BenchmarkEmbeddingsBatchCeiling(b *testing.B) {
+	for _, shape := range []string{"minilm", "tiny"} {
+		dir := genBERT(b, shape)
+		for _, load := range []struct {
+			name   string
+			spread int
+		}{{"queries", 6}, {"sentences", 40}} {
+			texts := testTexts(benchConcurrency*8, load.spread)
+			for _, threads := range []int{0, 1} {
+				b.Run(fmt.Sprintf("%s/%s/threads=%d", shape, load.name, threads), func(b *testing.B) {
+					e := loadTinyBERT(b, testRuntime(b, Config{MaxBatch: benchMaxBatch, IntraOpThreads: threads}), dir, nil)
+					embed := func(ts []string) {
+						if _, err := e.Embed(context.Background(), engine.EmbedRequest{Texts: ts}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					pass := func(per int) time.Duration {
+						t0 := time.Now()
+						for i := 0; i < len(texts); i += per {
+							embed(texts[i:min(i+per, len(texts))])
+						}
+						return time.Since(t0)
+					}
+					pass(1) // warm up
+					pass(benchConcurrency)
+					var one, many time.Duration
+					b.ResetTimer()
+					for range b.N {
+						one += pass(1)
+						many += pass(benchConcurrency)
+					}
+					b.StopTimer()
+					n := float64(b.N * len(texts))
+					b.ReportMetric(n/one.Seconds(), "batch1_texts/s")
+					b.ReportMetric(n/many.Seconds(), "batch16_texts/s")
+					b.ReportMetric(one.Seconds()/many.Seconds(), "x_ceiling")
+				})
+			}
+		}
+	}
+}
