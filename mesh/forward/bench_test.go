@@ -41,17 +41,8 @@ func BenchmarkForwardRoundTrip(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := s.Head(); err != nil {
+				if _, _, _, err := readAll(b, s); err != nil {
 					b.Fatal(err)
-				}
-				for {
-					_, _, err := s.Next()
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
 				}
 				s.Close()
 			}

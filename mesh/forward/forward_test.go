@@ -32,8 +32,12 @@ type peer struct {
 func startPeer(t *testing.T, h http.Handler) *peer { return startPeerChunk(t, 1024, h) }
 
 func startPeerChunk(t testing.TB, chunk int, h http.Handler) *peer {
+	return startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret, ChunkSize: chunk}, h)
+}
+
+func startPeerConfig(t testing.TB, cfg forward.ServerConfig, h http.Handler) *peer {
 	t.Helper()
-	srv, err := forward.NewServer(forward.ServerConfig{NodeID: "srv", ClusterSecret: secret, ChunkSize: chunk}, h, nil, prometheus.NewRegistry())
+	srv, err := forward.NewServer(cfg, h, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +68,7 @@ func newClientConfig(t *testing.T, cfg forward.ClientConfig) *forward.Client {
 }
 
 // readAll reads a whole forwarded response.
-func readAll(t *testing.T, s *forward.Stream) (forward.Head, []byte, forward.Trailer, error) {
+func readAll(t testing.TB, s *forward.Stream) (forward.Head, []byte, forward.Trailer, error) {
 	t.Helper()
 	h, err := s.Head()
 	if err != nil {
@@ -531,20 +535,8 @@ func TestForwardUnary(t *testing.T) {
 			w.(http.Flusher).Flush()
 		}
 	})
-	srv, err := forward.NewServer(forward.ServerConfig{NodeID: "srv", ClusterSecret: secret, ChunkSize: 16, MaxUnaryBytes: 20000}, h, nil, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(srv.Handler())
-	hs := forward.NewHTTPServer(mux, nil)
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	addr := ln.Addr().String()
+	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret, ChunkSize: 16, MaxUnaryBytes: 20000}, h)
+	srv, addr := p.srv, p.addr
 	c := newClient(t, secret)
 
 	s, err := c.Forward(context.Background(), addr, &forward.Request{Method: "GET", Path: "/small", Unary: true})

@@ -72,16 +72,23 @@ func driveLoad(b *testing.B, e engine.Embedder, n, conc int, texts []string) loa
 //
 //	go test -run '^$' -bench EmbeddingsBatcher -benchtime 4000x ./node/engine/onnx
 func BenchmarkEmbeddingsBatcher(b *testing.B) {
+	forEachEmbedCase(b, 512, benchmarkBatcher)
+}
+
+// forEachEmbedCase runs bench as a sub-benchmark for each model shape
+// ("minilm", "tiny"), workload (queries: 3 to 9 words; sentences: 3 to 43,
+// n texts each) and intra-op thread setting (ORT default, 1).
+func forEachEmbedCase(b *testing.B, n int, bench func(b *testing.B, dir string, texts []string, threads int)) {
 	for _, shape := range []string{"minilm", "tiny"} {
 		dir := genBERT(b, shape)
 		for _, load := range []struct {
 			name   string
 			spread int
 		}{{"queries", 6}, {"sentences", 40}} {
-			texts := testTexts(512, load.spread)
+			texts := testTexts(n, load.spread)
 			for _, threads := range []int{0, 1} {
 				b.Run(fmt.Sprintf("%s/%s/threads=%d", shape, load.name, threads), func(b *testing.B) {
-					benchmarkBatcher(b, dir, texts, threads)
+					bench(b, dir, texts, threads)
 				})
 			}
 		}
@@ -120,43 +127,29 @@ func benchmarkBatcher(b *testing.B, dir string, texts []string, threads int) {
 //
 //	go test -run '^$' -bench EmbeddingsBatchCeiling -benchtime 50x ./node/engine/onnx
 func BenchmarkEmbeddingsBatchCeiling(b *testing.B) {
-	for _, shape := range []string{"minilm", "tiny"} {
-		dir := genBERT(b, shape)
-		for _, load := range []struct {
-			name   string
-			spread int
-		}{{"queries", 6}, {"sentences", 40}} {
-			texts := testTexts(benchConcurrency*8, load.spread)
-			for _, threads := range []int{0, 1} {
-				b.Run(fmt.Sprintf("%s/%s/threads=%d", shape, load.name, threads), func(b *testing.B) {
-					e := loadTinyBERT(b, testRuntime(b, Config{MaxBatch: benchMaxBatch, IntraOpThreads: threads}), dir, nil)
-					embed := func(ts []string) {
-						if _, err := e.Embed(context.Background(), engine.EmbedRequest{Texts: ts}); err != nil {
-							b.Fatal(err)
-						}
-					}
-					pass := func(per int) time.Duration {
-						t0 := time.Now()
-						for i := 0; i < len(texts); i += per {
-							embed(texts[i:min(i+per, len(texts))])
-						}
-						return time.Since(t0)
-					}
-					pass(1) // warm up
-					pass(benchConcurrency)
-					var one, many time.Duration
-					b.ResetTimer()
-					for range b.N {
-						one += pass(1)
-						many += pass(benchConcurrency)
-					}
-					b.StopTimer()
-					n := float64(b.N * len(texts))
-					b.ReportMetric(n/one.Seconds(), "batch1_texts/s")
-					b.ReportMetric(n/many.Seconds(), "batch16_texts/s")
-					b.ReportMetric(one.Seconds()/many.Seconds(), "x_ceiling")
-				})
+	forEachEmbedCase(b, benchConcurrency*8, func(b *testing.B, dir string, texts []string, threads int) {
+		e := loadTinyBERT(b, testRuntime(b, Config{MaxBatch: benchMaxBatch, IntraOpThreads: threads}), dir, nil)
+		pass := func(per int) time.Duration {
+			t0 := time.Now()
+			for i := 0; i < len(texts); i += per {
+				if _, err := e.Embed(context.Background(), engine.EmbedRequest{Texts: texts[i:min(i+per, len(texts))]}); err != nil {
+					b.Fatal(err)
+				}
 			}
+			return time.Since(t0)
 		}
-	}
+		pass(1) // warm up
+		pass(benchConcurrency)
+		var one, many time.Duration
+		b.ResetTimer()
+		for range b.N {
+			one += pass(1)
+			many += pass(benchConcurrency)
+		}
+		b.StopTimer()
+		n := float64(b.N * len(texts))
+		b.ReportMetric(n/one.Seconds(), "batch1_texts/s")
+		b.ReportMetric(n/many.Seconds(), "batch16_texts/s")
+		b.ReportMetric(one.Seconds()/many.Seconds(), "x_ceiling")
+	})
 }
