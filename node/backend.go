@@ -117,6 +117,15 @@ func (n *Node) Chatter(ctx context.Context, id string) (engine.Chatter, error) {
 	return e.(engine.Chatter), nil
 }
 
+// ImageGenerator returns the image generation engine of a model.
+func (n *Node) ImageGenerator(ctx context.Context, id string) (engine.ImageGenerator, error) {
+	e, err := n.engines.get(ctx, id, engine.TaskImageGeneration)
+	if err != nil {
+		return nil, err
+	}
+	return e.(engine.ImageGenerator), nil
+}
+
 // BackgroundRemover returns the background-removal engine of a model, or
 // of the first installed one when id is empty.
 func (n *Node) BackgroundRemover(ctx context.Context, id string) (engine.BackgroundRemover, string, error) {

@@ -66,6 +66,8 @@ func (e *engines) fromUpstream(_ context.Context, id string, task engine.Task) (
 		_, want = eng.(engine.Chatter)
 	case engine.TaskEmbeddings:
 		_, want = eng.(engine.Embedder)
+	case engine.TaskImageGeneration:
+		_, want = eng.(engine.ImageGenerator)
 	}
 	if !want {
 		return nil, true, fmt.Errorf("model %s does not serve %s: %w", eng.ID(), task, api.ErrWrongTask)

@@ -93,7 +93,8 @@ type contentPart struct {
 	Type     string `json:"type"`
 	Text     string `json:"text"`
 	ImageURL *struct {
-		URL string `json:"url"`
+		URL    string `json:"url"`
+		Detail string `json:"detail"`
 	} `json:"image_url,omitempty"`
 }
 
@@ -226,20 +227,33 @@ func convertMessage(i int, m chatMessageIn) (engine.ChatMessage, bool, error) {
 				return out, false, BadRequest(CodeInvalidType, param+".content", "'content' must be a string or an array of content parts.")
 			}
 			var b strings.Builder
+			out.Parts = make([]engine.ContentPart, 0, len(parts))
 			for j, part := range parts {
 				switch part.Type {
 				case "text":
 					b.WriteString(part.Text)
+					out.Parts = append(out.Parts, engine.ContentPart{Text: part.Text})
 				case "image_url":
 					if part.ImageURL == nil || part.ImageURL.URL == "" {
 						return out, false, BadRequest(CodeMissingParam, fmt.Sprintf("%s.content[%d].image_url", param, j), "An image_url part needs a url.")
 					}
+					u, d := part.ImageURL.URL, part.ImageURL.Detail
+					if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "data:image/") {
+						return out, false, BadRequest(CodeInvalidValue, fmt.Sprintf("%s.content[%d].image_url.url", param, j), "An image URL must be http(s) or a data:image/ URL.")
+					}
+					if d != "" && d != "auto" && d != "low" && d != "high" {
+						return out, false, BadRequest(CodeInvalidValue, fmt.Sprintf("%s.content[%d].image_url.detail", param, j), fmt.Sprintf("'%s' is not one of ['auto', 'low', 'high'].", d))
+					}
+					out.Parts = append(out.Parts, engine.ContentPart{ImageURL: u, Detail: d})
 					images = true
 				default:
 					return out, false, BadRequest(CodeInvalidValue, fmt.Sprintf("%s.content[%d].type", param, j), fmt.Sprintf("Content part type '%s' is not supported.", part.Type))
 				}
 			}
 			out.Content = b.String()
+			if !images {
+				out.Parts = nil // text only: Content says it all
+			}
 		}
 	} else if m.Role != engine.RoleAssistant {
 		return out, false, BadRequest(CodeMissingParam, param+".content", "This message needs content.")
@@ -334,7 +348,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if p.HasImages {
+	if ii, ok := eng.(engine.ImageInput); p.HasImages && (!ok || !ii.TakesImages()) {
 		WriteError(w, BadRequest(CodeInvalidValue, p.ImageParam, fmt.Sprintf("Model %s does not take image input.", m.ID)))
 		return
 	}

@@ -76,7 +76,7 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/vision/detections", wrap(MaxImageBody, "", s.noVisionEngine))
 	r.Post("/vision/faces", wrap(MaxImageBody, "", s.noVisionEngine))
 	r.Post("/chat/completions", wrap(MaxImageBody, "", s.chatCompletions))
-	r.Post("/images/generations", wrap(MaxImageBody, "", s.jsonModelRoute("image generation")))
+	r.Post("/images/generations", wrap(MaxJSONBody, "", s.imagesGenerations))
 	r.Post("/images/describe", wrap(MaxImageBody, "", s.jsonModelRoute("image description")))
 	r.Post("/audio/speech", wrap(MaxJSONBody, "", s.jsonModelRoute("text-to-speech")))
 }

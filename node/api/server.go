@@ -54,6 +54,9 @@ type Backend interface {
 	Embedder(ctx context.Context, id string) (engine.Embedder, error)
 	// Chatter returns this node's chat engine for a model id.
 	Chatter(ctx context.Context, id string) (engine.Chatter, error)
+	// ImageGenerator returns this node's image generation engine for a
+	// model id.
+	ImageGenerator(ctx context.Context, id string) (engine.ImageGenerator, error)
 	// BackgroundRemover returns the background-removal engine for an id;
 	// id "" asks for the default one. It returns ErrModelNotFound when no
 	// such engine is installed at all.

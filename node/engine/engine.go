@@ -124,13 +124,31 @@ const (
 
 // ChatMessage is one message of the conversation. Content is the text
 // (the API layer joins text parts); assistant messages may carry ToolCalls,
-// tool messages ToolCallID.
+// tool messages ToolCallID. Parts keeps the content parts in order when the
+// message had an image among them; only engines that take images
+// (ImageInput) get such messages.
 type ChatMessage struct {
 	Role       string
 	Content    string
+	Parts      []ContentPart
 	Name       string
 	ToolCalls  []ToolCall
 	ToolCallID string
+}
+
+// ContentPart is one part of a message: text, or an image given by URL
+// (https or a data: URL) with OpenAI's optional detail ("auto", "low",
+// "high").
+type ContentPart struct {
+	Text     string
+	ImageURL string
+	Detail   string
+}
+
+// ImageInput is implemented by chat engines that may take image parts.
+type ImageInput interface {
+	// TakesImages reports whether the model accepts image parts.
+	TakesImages() bool
 }
 
 // ToolCall is a function call made by the assistant. Arguments is the JSON
@@ -252,4 +270,46 @@ type Chatter interface {
 	ContextWindow() int
 	// MaxOutputTokens is the default and the maximum of MaxTokens.
 	MaxOutputTokens() int
+}
+
+// TaskImageGeneration is a text-to-image model behind
+// /v1/images/generations.
+const TaskImageGeneration Task = "image-generation"
+
+// ImageRequest is a text-to-image request. The API layer checks Prompt, N
+// (1-4) and Size (WIDTHxHEIGHT); the other string options are passed on as
+// given ("" = the model's default).
+type ImageRequest struct {
+	Prompt         string
+	N              int
+	Size           string
+	Seed           *int64
+	Quality        string
+	Style          string
+	ResponseFormat string // "b64_json" (the API returns nothing else)
+	Background     string
+	OutputFormat   string
+	User           string
+}
+
+// GeneratedImage is one generated image: base64 data (B64JSON), or a URL
+// from an engine that was not asked for base64.
+type GeneratedImage struct {
+	B64JSON       string
+	URL           string
+	RevisedPrompt string
+}
+
+// ImageResult is what an image generation returns.
+type ImageResult struct {
+	Created int64
+	Images  []GeneratedImage
+}
+
+// ImageGenerator is implemented by engines whose Task is
+// TaskImageGeneration.
+type ImageGenerator interface {
+	Engine
+	// GenerateImages makes req.N images from the prompt.
+	GenerateImages(ctx context.Context, req ImageRequest) (ImageResult, error)
 }

@@ -27,6 +27,9 @@ func (e *chatEngine) ContextWindow() int { return e.m.ContextWindow }
 // MaxOutputTokens is the configured output cap.
 func (e *chatEngine) MaxOutputTokens() int { return e.m.MaxOutputTokens }
 
+// TakesImages is the model's image_input setting.
+func (e *chatEngine) TakesImages() bool { return e.m.ImageInput }
+
 // OpenAI wire types, as the provider speaks them.
 type wireFunction struct {
 	Name      string `json:"name"`
@@ -46,6 +49,28 @@ type wireMessage struct {
 	Name       string         `json:"name,omitempty"`
 	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+// wireOutMessage is a request message: its content is a string, null, or
+// a list of parts when the message has images.
+type wireOutMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content"`
+	Name       string         `json:"name,omitempty"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+// wirePart is a content part as the provider takes it.
+type wirePart struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text,omitempty"`
+	ImageURL *wireImageURL `json:"image_url,omitempty"`
+}
+
+type wireImageURL struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
 }
 
 type wireUsage struct {
@@ -68,11 +93,22 @@ type wireCompletion struct {
 
 // request builds the provider's chat completions body.
 func (e *chatEngine) request(req engine.ChatRequest, stream bool) map[string]any {
-	msgs := make([]wireMessage, len(req.Messages))
+	msgs := make([]wireOutMessage, len(req.Messages))
 	for i, m := range req.Messages {
-		w := wireMessage{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
+		w := wireOutMessage{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 		content := m.Content
-		if m.Role != engine.RoleAssistant || content != "" || len(m.ToolCalls) == 0 {
+		switch {
+		case len(m.Parts) > 0:
+			parts := make([]wirePart, len(m.Parts))
+			for j, p := range m.Parts {
+				if p.ImageURL != "" {
+					parts[j] = wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: p.ImageURL, Detail: p.Detail}}
+				} else {
+					parts[j] = wirePart{Type: "text", Text: p.Text}
+				}
+			}
+			w.Content = parts
+		case m.Role != engine.RoleAssistant || content != "" || len(m.ToolCalls) == 0:
 			w.Content = &content
 		}
 		for _, tc := range m.ToolCalls {

@@ -1,5 +1,5 @@
-// Package upstream is the "upstream" runtime: chat and embeddings engines
-// that pass requests on to an OpenAI-compatible provider (a llama.cpp
+// Package upstream is the "upstream" runtime: chat, embeddings and image
+// generation engines that pass requests on to an OpenAI-compatible provider (a llama.cpp
 // server, vLLM, Ollama's /v1, a cloud API) over HTTP.
 //
 // An operator lists providers in a JSON file (see Config). Each allowed
@@ -36,8 +36,8 @@ type ProviderConfig struct {
 	// letter or digit.
 	Name string `json:"name"`
 	// BaseURL is the provider's API root including its version path, e.g.
-	// http://127.0.0.1:8080/v1; requests go to BaseURL + "/chat/completions"
-	// and BaseURL + "/embeddings".
+	// http://127.0.0.1:8080/v1; requests go to BaseURL + "/chat/completions",
+	// BaseURL + "/embeddings" and BaseURL + "/images/generations".
 	BaseURL string `json:"base_url"`
 	// APIKeyEnv names an environment variable holding the key.
 	APIKeyEnv string `json:"api_key_env,omitempty"`
@@ -57,8 +57,11 @@ type ProviderConfig struct {
 type ModelConfig struct {
 	// Model is the provider's name for the model, sent as "model".
 	Model string `json:"model"`
-	// Task is "chat" (the default) or "embeddings".
+	// Task is "chat" (the default), "embeddings" or "image-generation".
 	Task string `json:"task,omitempty"`
+	// ImageInput lets a chat model take image parts (image_url) in
+	// messages; without it such requests are refused with a 400.
+	ImageInput bool `json:"image_input,omitempty"`
 	// Dimensions is an embeddings model's native vector length. 0 leaves
 	// the "dimensions" parameter for the provider to check.
 	Dimensions int `json:"dimensions,omitempty"`
@@ -182,8 +185,13 @@ func (c Config) resolve(getenv func(string) string) ([]*provider, error) {
 				m.task = engine.TaskChat
 			case string(engine.TaskEmbeddings):
 				m.task = engine.TaskEmbeddings
+			case string(engine.TaskImageGeneration):
+				m.task = engine.TaskImageGeneration
 			default:
-				errs = append(errs, fmt.Errorf("%s: task %q: want chat or embeddings", mwhere, mc.Task))
+				errs = append(errs, fmt.Errorf("%s: task %q: want chat, embeddings or image-generation", mwhere, mc.Task))
+			}
+			if mc.ImageInput && m.task != engine.TaskChat {
+				errs = append(errs, fmt.Errorf("%s: image_input is for chat models", mwhere))
 			}
 			part := SanitizeID(mc.Model)
 			if mc.Model == "" || part == "" || strings.ContainsAny(mc.Model, " \t\r\n") {

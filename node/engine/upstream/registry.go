@@ -66,9 +66,12 @@ func New(cfg Config, opt Options) (*Registry, error) {
 		var ids []string
 		for _, m := range p.models {
 			var eng engine.Engine
-			if m.task == engine.TaskEmbeddings {
+			switch m.task {
+			case engine.TaskEmbeddings:
 				eng = &embedEngine{c: c, m: m}
-			} else {
+			case engine.TaskImageGeneration:
+				eng = &imageEngine{c: c, m: m}
+			default:
 				eng = &chatEngine{c: c, m: m}
 			}
 			r.engines[m.id], r.engines[m.wire] = eng, eng

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"net"
@@ -103,6 +104,7 @@ func TestConfigIDsAndValidation(t *testing.T) {
 		{`{"providers":[{"name":"a","base_url":"http://x/v1","models":[{"model":"M"},{"model":"m"}]}]}`, "also the id"},
 		{`{"providers":[{"name":"a","base_url":"http://x/v1","models":[{"model":"m"}]},{"name":"a","base_url":"http://y/v1","models":[{"model":"n"}]}]}`, "used twice"},
 		{`{"providers":[{"name":"a","base_url":"http://x/v1","models":[{"model":"m","colour":"red"}]}]}`, "unknown field"},
+		{`{"providers":[{"name":"a","base_url":"http://x/v1","models":[{"model":"m","task":"embeddings","image_input":true}]}]}`, "image_input is for chat"},
 	}
 	for _, tt := range bad {
 		cfg, err := ParseConfig([]byte(tt.json))
@@ -395,5 +397,85 @@ func TestKeyFromFile(t *testing.T) {
 	}
 	if _, auth := d.Last(); auth != "Bearer "+testKey {
 		t.Errorf("authorization %q", auth)
+	}
+}
+
+// TestChatImageParts: a message with image parts reaches the provider as
+// OpenAI content parts, in order, with the detail; a text-only message
+// stays a plain string.
+func TestChatImageParts(t *testing.T) {
+	d := upstreamtest.NewProvider(t, testKey)
+	r := registry(t, d.URL(), "", ModelConfig{Model: "eyes", ImageInput: true}, ModelConfig{Model: "blind"})
+	c := chatter(t, r, "acme:eyes")
+	if !c.(engine.ImageInput).TakesImages() || chatter(t, r, "acme:blind").(engine.ImageInput).TakesImages() {
+		t.Fatal("image_input not reflected by TakesImages")
+	}
+	const img = "data:image/png;base64,iVBORw0KGgo="
+	res, err := c.Chat(context.Background(), engine.ChatRequest{Messages: []engine.ChatMessage{
+		{Role: "system", Content: "describe"},
+		{Role: "user", Content: "what is this", Parts: []engine.ContentPart{{Text: "what is"}, {ImageURL: img, Detail: "low"}, {Text: "this"}}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Message.Content != "echo: what is [image] this" {
+		t.Fatalf("answer %q", res.Message.Content)
+	}
+	body, _ := d.Last()
+	msgs := body["messages"].([]any)
+	if s, ok := msgs[0].(map[string]any)["content"].(string); !ok || s != "describe" {
+		t.Fatalf("text-only message sent as %v", msgs[0])
+	}
+	parts, ok := msgs[1].(map[string]any)["content"].([]any)
+	if !ok || len(parts) != 3 {
+		t.Fatalf("image message sent as %v", msgs[1])
+	}
+	im := parts[1].(map[string]any)
+	iu, _ := im["image_url"].(map[string]any)
+	if im["type"] != "image_url" || iu["url"] != img || iu["detail"] != "low" || parts[2].(map[string]any)["text"] != "this" {
+		t.Fatalf("parts %v", parts)
+	}
+}
+
+// TestImageGeneration: the provider's images come back as given (base64
+// PNGs or URLs), options left empty are not sent, and the provider's
+// errors keep their status and param.
+func TestImageGeneration(t *testing.T) {
+	d := upstreamtest.NewProvider(t, testKey)
+	r := registry(t, d.URL(), "", ModelConfig{Model: "painter", Task: "image-generation"}, ModelConfig{Model: "bad-params", Task: "image-generation"})
+	e, _ := r.Engine("acme:painter")
+	gen, ok := e.(engine.ImageGenerator)
+	if !ok || e.ID() != "upstream/acme/painter" {
+		t.Fatalf("engine %T %s", e, e.ID())
+	}
+	if m := r.Models(); m[1].Task != engine.TaskImageGeneration {
+		t.Fatalf("models %+v", m)
+	}
+	res, err := gen.GenerateImages(context.Background(), engine.ImageRequest{Prompt: "a red fox", N: 2, Size: "256x256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base64.StdEncoding.EncodeToString(upstreamtest.Image("a red fox"))
+	if len(res.Images) != 2 || res.Images[0].B64JSON != want || res.Images[1].RevisedPrompt != "revised: a red fox" || res.Created != 1700000000 {
+		t.Fatalf("result %+v", res)
+	}
+	body, auth := d.Last()
+	if body["model"] != "painter" || body["size"] != "256x256" || body["n"] != 2.0 || auth != "Bearer "+testKey {
+		t.Fatalf("request %v %q", body, auth)
+	}
+	for _, k := range []string{"quality", "style", "response_format", "user"} {
+		if _, sent := body[k]; sent {
+			t.Fatalf("empty option %s was sent: %v", k, body)
+		}
+	}
+	res, err = gen.GenerateImages(context.Background(), engine.ImageRequest{Prompt: "x", N: 1, ResponseFormat: "url"})
+	if err != nil || len(res.Images) != 1 || res.Images[0].URL != "https://images.invalid/0.png" || res.Images[0].B64JSON != "" {
+		t.Fatalf("url result %+v %v", res, err)
+	}
+	bad, _ := r.Engine("acme:bad-params")
+	_, err = bad.(engine.ImageGenerator).GenerateImages(context.Background(), engine.ImageRequest{Prompt: "x", N: 1})
+	var pe *engine.ProviderError
+	if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "temperature" {
+		t.Fatalf("provider error %v", err)
 	}
 }

@@ -5,8 +5,12 @@
 package upstreamtest
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,10 +20,12 @@ import (
 )
 
 // Provider speaks the OpenAI wire format on /v1/chat/completions (JSON
-// and server-sent events) and /v1/embeddings. It answers from the request:
-// chat echoes the last user message ("echo: ..."), word by word when
-// streamed, and answers with tool calls when tools are given; embeddings
-// are Vector of each input. Some model names answer with errors:
+// and server-sent events), /v1/embeddings and /v1/images/generations. It
+// answers from the request: chat echoes the last user message ("echo:
+// ...", an image part read as "[image]"), word by word when streamed, and
+// answers with tool calls when tools are given; embeddings are Vector of
+// each input; images are n PNGs (Image of the prompt), as base64 or as
+// URLs under https://images.invalid/. Some model names answer with errors:
 // "bad-params" 400 (param temperature, code invalid_value),
 // "rate-limited" 429 (Retry-After 7), "broken" 500, "overloaded" 503
 // (Retry-After 3), "hang" never answers, "cut-off" breaks its stream off,
@@ -41,6 +47,7 @@ func NewProvider(t testing.TB, key string) *Provider {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", d.chat)
 	mux.HandleFunc("POST /v1/embeddings", d.embeddings)
+	mux.HandleFunc("POST /v1/images/generations", d.images)
 	d.srv = httptest.NewServer(mux)
 	t.Cleanup(d.srv.Close)
 	return d
@@ -116,10 +123,23 @@ func lastUser(body map[string]any) string {
 	msgs, _ := body["messages"].([]any)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m, _ := msgs[i].(map[string]any)
-		if m["role"] == "user" {
-			s, _ := m["content"].(string)
-			return s
+		if m["role"] != "user" {
+			continue
 		}
+		if parts, ok := m["content"].([]any); ok {
+			var words []string
+			for _, p := range parts {
+				p, _ := p.(map[string]any)
+				if p["type"] == "image_url" {
+					words = append(words, "[image]")
+				} else if t, ok := p["text"].(string); ok {
+					words = append(words, t)
+				}
+			}
+			return strings.Join(words, " ")
+		}
+		s, _ := m["content"].(string)
+		return s
 	}
 	return ""
 }
@@ -233,4 +253,48 @@ func (d *Provider) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data, "usage": map[string]int{"prompt_tokens": len(texts) * 2, "total_tokens": len(texts) * 2}})
+}
+
+// Image is the provider's picture of a prompt: a 4x4 PNG filled with a
+// colour taken from the prompt's bytes.
+func Image(prompt string) []byte {
+	var r, g, b byte
+	for i := 0; i < len(prompt); i++ {
+		r, g, b = r+prompt[i], g^prompt[i], b+byte(i)
+	}
+	img := image.NewNRGBA(image.Rect(0, 0, 4, 4))
+	for i := 0; i < len(img.Pix); i += 4 {
+		img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = r, g, b, 255
+	}
+	var buf bytes.Buffer
+	png.Encode(&buf, img)
+	return buf.Bytes()
+}
+
+func (d *Provider) images(w http.ResponseWriter, r *http.Request) {
+	body, ok := d.read(w, r)
+	if !ok {
+		return
+	}
+	prompt, _ := body["prompt"].(string)
+	if prompt == "" {
+		writeErr(w, 400, "prompt is required", "invalid_request_error", "prompt", "missing_required_parameter")
+		return
+	}
+	n := 1
+	if v, ok := body["n"].(float64); ok {
+		n = int(v)
+	}
+	data := make([]any, n)
+	for i := range data {
+		im := map[string]any{"revised_prompt": "revised: " + prompt}
+		if body["response_format"] == "url" {
+			im["url"] = fmt.Sprintf("https://images.invalid/%d.png", i)
+		} else {
+			im["b64_json"] = base64.StdEncoding.EncodeToString(Image(prompt))
+		}
+		data[i] = im
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"created": 1700000000, "data": data})
 }
