@@ -339,13 +339,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m, ok := s.meshModel(w, p.Model)
+	m, eng, ok := modelEngine(s, w, r, p.Model, s.opt.Backend.Chatter)
 	if !ok {
-		return
-	}
-	eng, err := s.opt.Backend.Chatter(r.Context(), m.ID)
-	if err != nil {
-		writeErr(w, err)
 		return
 	}
 	if ii, ok := eng.(engine.ImageInput); p.HasImages && (!ok || !ii.TakesImages()) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,6 +149,23 @@ func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, p
 
 // meshModel resolves id among the mesh's models; it answers 404
 // model_not_found when there is none.
+// modelEngine resolves a request's model and gets its engine from get
+// (one of the Backend's engine getters); on failure it has written the
+// error.
+func modelEngine[E any](s *Server, w http.ResponseWriter, r *http.Request, id string, get func(context.Context, string) (E, error)) (Model, E, bool) {
+	var zero E
+	m, ok := s.meshModel(w, id)
+	if !ok {
+		return m, zero, false
+	}
+	eng, err := get(r.Context(), m.ID)
+	if err != nil {
+		writeErr(w, err)
+		return m, zero, false
+	}
+	return m, eng, true
+}
+
 func (s *Server) meshModel(w http.ResponseWriter, id string) (Model, bool) {
 	m, ok := s.opt.Backend.Model(id)
 	if !ok {

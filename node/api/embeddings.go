@@ -153,13 +153,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m, ok := s.meshModel(w, p.Model)
+	m, emb, ok := modelEngine(s, w, r, p.Model, s.opt.Backend.Embedder)
 	if !ok {
-		return
-	}
-	emb, err := s.opt.Backend.Embedder(r.Context(), m.ID)
-	if err != nil {
-		writeErr(w, err)
 		return
 	}
 	if p.Dimensions > 0 {

@@ -166,13 +166,8 @@ func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m, ok := s.meshModel(w, p.Model)
+	m, gen, ok := modelEngine(s, w, r, p.Model, s.opt.Backend.ImageGenerator)
 	if !ok {
-		return
-	}
-	gen, err := s.opt.Backend.ImageGenerator(r.Context(), m.ID)
-	if err != nil {
-		writeErr(w, err)
 		return
 	}
 	if p.Operation != "" {
