@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -57,6 +58,10 @@ func BenchmarkPeerTransfer(b *testing.B) {
 	copyTo(viaHTTP)
 	var mesh, http time.Duration
 	b.SetBytes(size)
+	copyTo(viaMesh) // warm up, and check the copy is exact
+	if got, err := os.ReadFile(filepath.Join(dir, "dst.bin")); err != nil || !bytes.Equal(got, data) {
+		b.Fatalf("the copy through the mesh differs from the file (%v)", err)
+	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		mesh += copyTo(viaMesh)

@@ -23,6 +23,7 @@ type Client struct {
 	nodeID string
 	secret string
 	http   *http.Client
+	codec  *chunkCodec
 
 	mu    sync.Mutex
 	peers map[string]transferv1connect.TransferServiceClient
@@ -45,7 +46,7 @@ func NewClient(nodeID, secret string) (*Client, error) {
 		ReadBufferSize:        256 << 10,
 		WriteBufferSize:       64 << 10,
 	}
-	return &Client{nodeID: nodeID, secret: secret, http: &http.Client{Transport: tr}, peers: map[string]transferv1connect.TransferServiceClient{}}, nil
+	return &Client{nodeID: nodeID, secret: secret, http: &http.Client{Transport: tr}, codec: &chunkCodec{}, peers: map[string]transferv1connect.TransferServiceClient{}}, nil
 }
 
 func (c *Client) peer(addr string) transferv1connect.TransferServiceClient {
@@ -53,7 +54,7 @@ func (c *Client) peer(addr string) transferv1connect.TransferServiceClient {
 	defer c.mu.Unlock()
 	p, ok := c.peers[addr]
 	if !ok {
-		p = transferv1connect.NewTransferServiceClient(c.http, "http://"+addr, connect.WithReadMaxBytes(8<<20))
+		p = transferv1connect.NewTransferServiceClient(c.http, "http://"+addr, connect.WithReadMaxBytes(8<<20), connect.WithCodec(c.codec))
 		c.peers[addr] = p
 	}
 	return p
@@ -93,7 +94,9 @@ func (c *Client) Fetch(ctx context.Context, addr, model, file string, offset int
 	got := offset
 	for stream.Receive() {
 		data := stream.Msg().GetData()
-		if _, err := w.Write(data); err != nil {
+		_, err := w.Write(data)
+		c.codec.put(data) // w is done with it; the message is not read again
+		if err != nil {
 			return err
 		}
 		got += int64(len(data))

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -155,5 +156,34 @@ func TestWriterErrorStopsTheFetch(t *testing.T) {
 	w := &failAfter{n: 300 << 10}
 	if err := c.Fetch(context.Background(), addr, "m", "model.onnx", 0, w); err == nil {
 		t.Fatal("fetch succeeded although the writer failed")
+	}
+}
+
+// TestConcurrentFetchesKeepTheirBytes: fetches running at once share the
+// client's chunk buffers; each file still arrives exactly (a buffer is
+// reused only after its bytes were written).
+func TestConcurrentFetchesKeepTheirBytes(t *testing.T) {
+	addr, _, data := peer(t, 3<<20+12345, transfer.ServerConfig{ChunkSize: 64 << 10})
+	c, err := transfer.NewClient("n", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errs := make(chan error, 6)
+	for i := range 6 {
+		off := int64(i * 100003)
+		go func() {
+			var buf bytes.Buffer
+			err := c.Fetch(context.Background(), addr, "m", "model.onnx", off, &buf)
+			if err == nil && !bytes.Equal(buf.Bytes(), data[off:]) {
+				err = fmt.Errorf("fetch from %d: bytes differ", off)
+			}
+			errs <- err
+		}()
+	}
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
