@@ -65,20 +65,23 @@ func (s *Server) routes() chi.Router {
 // modelRoutes mounts the JSON routes that run a model. On the public router
 // (routed) they go through the dispatcher; on the local router they run here.
 func (s *Server) modelRoutes(r chi.Router, routed bool) {
-	wrap := func(limit int64, task string, h http.HandlerFunc) http.HandlerFunc {
+	// small marks routes whose one-piece answers are small enough to
+	// forward as one message (embeddings, chat); image answers can run to
+	// tens of MiB and always travel as streams.
+	wrap := func(limit int64, task string, small bool, h http.HandlerFunc) http.HandlerFunc {
 		if !routed || s.opt.Dispatcher == nil {
 			return h
 		}
-		return s.routed(limit, task, h)
+		return s.routed(limit, task, small, h)
 	}
-	r.Post("/embeddings", wrap(MaxJSONBody, "", s.embeddings))
-	r.Post("/vision/background", wrap(MaxImageBody, "background-removal", s.visionBackground))
-	r.Post("/vision/detections", wrap(MaxImageBody, "", s.noVisionEngine))
-	r.Post("/vision/faces", wrap(MaxImageBody, "", s.noVisionEngine))
-	r.Post("/chat/completions", wrap(MaxImageBody, "", s.chatCompletions))
-	r.Post("/images/generations", wrap(MaxJSONBody, "", s.imagesGenerations))
-	r.Post("/images/describe", wrap(MaxImageBody, "", s.jsonModelRoute("image description")))
-	r.Post("/audio/speech", wrap(MaxJSONBody, "", s.jsonModelRoute("text-to-speech")))
+	r.Post("/embeddings", wrap(MaxJSONBody, "", true, s.embeddings))
+	r.Post("/vision/background", wrap(MaxImageBody, "background-removal", false, s.visionBackground))
+	r.Post("/vision/detections", wrap(MaxImageBody, "", false, s.noVisionEngine))
+	r.Post("/vision/faces", wrap(MaxImageBody, "", false, s.noVisionEngine))
+	r.Post("/chat/completions", wrap(MaxImageBody, "", true, s.chatCompletions))
+	r.Post("/images/generations", wrap(MaxJSONBody, "", false, s.imagesGenerations))
+	r.Post("/images/describe", wrap(MaxImageBody, "", false, s.jsonModelRoute("image description")))
+	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.jsonModelRoute("text-to-speech")))
 }
 
 // localRoutes is the router behind LocalHandler: model routes only, no
@@ -101,7 +104,7 @@ func (s *Server) localRoutes() chi.Router {
 // to the dispatcher. A request whose model no node serves, or whose body
 // cannot be read for a model, is answered here by the local handler, which
 // gives the precise error.
-func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) http.HandlerFunc {
+func (s *Server) routed(limit int64, defaultTask string, small bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r, limit)
 		if err != nil {
@@ -128,6 +131,6 @@ func (s *Server) routed(limit int64, defaultTask string, h http.HandlerFunc) htt
 		} else if done != nil {
 			defer func() { done(sw.code()) }()
 		}
-		s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream)
+		s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream || !small)
 	}
 }

@@ -90,8 +90,9 @@ type Member struct {
 
 // Dispatcher decides which node serves a request for a model and writes
 // the response (locally through LocalHandler, or from a peer). stream is
-// set when the request asked for server-sent events ("stream": true);
-// otherwise the response comes in one piece.
+// set when the request asked for server-sent events ("stream": true) or
+// its answer may be large (images); otherwise the response comes in one
+// small piece and may travel as one message.
 type Dispatcher interface {
 	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool)
 }
