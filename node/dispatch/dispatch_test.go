@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/infermesh/infermesh/mesh"
 	"github.com/infermesh/infermesh/mesh/meshtest"
@@ -470,4 +472,73 @@ func TestInFlightIsTrackedAndGossiped(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestAttemptAbandonedWhenPeerLeavesRouting: a forwarded attempt waiting for
+// its head is abandoned when gossip stops listing the peer as routable (a
+// partitioned or paused peer looks like this), and the request moves on to
+// the next holder instead of waiting for the client's timeout.
+func TestAttemptAbandonedWhenPeerLeavesRouting(t *testing.T) {
+	entered := make(chan struct{}, 16)
+	c := start(t, spec{
+		ids:    three,
+		models: map[string][]string{"n2": {"m"}, "n3": {"m"}},
+		engine: func(n *tnode) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if n.ID == "n2" {
+					entered <- struct{}{}
+					<-r.Context().Done() // never answers; ends when the caller gives up
+					return
+				}
+				fmt.Fprintf(w, "%s served", n.ID)
+			})
+		},
+	})
+	type result struct {
+		backend, body string
+		err           error
+	}
+	// Send until an attempt lands on n2 first (round-robin alternates).
+	for try := 0; try < 10; try++ {
+		done := make(chan result, 1)
+		go func() {
+			// The 60 s bound is a hang guard (a regression would
+			// otherwise wait for the suite's timeout), not a timing
+			// expectation.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", c.nodes["n1"].front.URL+"/v1/test", strings.NewReader("x"))
+			req.Header.Set("X-Model", "m")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			done <- result{resp.Header.Get(dispatch.BackendHeader), string(b), err}
+		}()
+		select {
+		case r := <-done:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.backend != "n3" {
+				t.Fatalf("served by %q: %q", r.backend, r.body)
+			}
+			continue // n3 came first; try again
+		case <-entered:
+		}
+		// n2 holds the attempt. It stops being routable.
+		c.nodes["n2"].Mesh.SetHealth(route.HealthAlive)
+		r := <-done
+		if r.err != nil || r.backend != "n3" || r.body != "n3 served" {
+			t.Fatalf("after n2 left routing: served by %q: %q (%v)", r.backend, r.body, r.err)
+		}
+		if o := c.nodes["n1"].lastOutcome(); o.Attempts != 2 || o.Err != nil {
+			t.Fatalf("outcome %+v, want 2 attempts and success", o)
+		}
+		return
+	}
+	t.Fatal("no attempt went to n2 first in 10 requests")
 }
