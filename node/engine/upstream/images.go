@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"errors"
+	"net/http"
 
 	"github.com/infermesh/infermesh/node/engine"
 )
@@ -49,6 +51,13 @@ func (e *imageEngine) GenerateImages(ctx context.Context, req engine.ImageReques
 		}
 	}
 	cl, err := e.c.post(ctx, "/images/generations", body, false)
+	var pe *engine.ProviderError
+	if errors.As(err, &pe) && pe.Status == http.StatusBadRequest && pe.Param == "response_format" && body["response_format"] != nil {
+		// Some image models return base64 only and refuse the parameter
+		// (OpenAI's gpt-image-1 does); ask again without it.
+		delete(body, "response_format")
+		cl, err = e.c.post(ctx, "/images/generations", body, false)
+	}
 	if err != nil {
 		return engine.ImageResult{}, err
 	}

@@ -472,6 +472,17 @@ func TestImageGeneration(t *testing.T) {
 	if err != nil || len(res.Images) != 1 || res.Images[0].URL != "https://images.invalid/0.png" || res.Images[0].B64JSON != "" {
 		t.Fatalf("url result %+v %v", res, err)
 	}
+	// A model that refuses response_format is asked again without it.
+	r2 := registry(t, d.URL(), "", ModelConfig{Model: "b64-only", Task: "image-generation"})
+	only, _ := r2.Engine("acme:b64-only")
+	n := d.Requests()
+	res, err = only.(engine.ImageGenerator).GenerateImages(context.Background(), engine.ImageRequest{Prompt: "y", N: 1, ResponseFormat: "b64_json"})
+	if err != nil || len(res.Images) != 1 || res.Images[0].B64JSON == "" || d.Requests()-n != 2 {
+		t.Fatalf("b64-only model: %+v %v after %d requests", res, err, d.Requests()-n)
+	}
+	if body, _ := d.Last(); body["response_format"] != nil {
+		t.Fatalf("second request still had response_format: %v", body)
+	}
 	bad, _ := r.Engine("acme:bad-params")
 	_, err = bad.(engine.ImageGenerator).GenerateImages(context.Background(), engine.ImageRequest{Prompt: "x", N: 1})
 	var pe *engine.ProviderError

@@ -25,7 +25,8 @@ import (
 // ...", an image part read as "[image]"), word by word when streamed, and
 // answers with tool calls when tools are given; embeddings are Vector of
 // each input; images are n PNGs (Image of the prompt), as base64 or as
-// URLs under https://images.invalid/. Some model names answer with errors:
+// URLs under https://images.invalid/ (the image model "b64-only" refuses
+// response_format with a 400, as some real ones do). Some model names answer with errors:
 // "bad-params" 400 (param temperature, code invalid_value),
 // "rate-limited" 429 (Retry-After 7), "broken" 500, "overloaded" 503
 // (Retry-After 3), "hang" never answers, "cut-off" breaks its stream off,
@@ -274,6 +275,10 @@ func Image(prompt string) []byte {
 func (d *Provider) images(w http.ResponseWriter, r *http.Request) {
 	body, ok := d.read(w, r)
 	if !ok {
+		return
+	}
+	if _, ok := body["response_format"]; ok && body["model"] == "b64-only" {
+		writeErr(w, 400, "Unknown parameter: 'response_format'.", "invalid_request_error", "response_format", "unknown_parameter")
 		return
 	}
 	prompt, _ := body["prompt"].(string)
