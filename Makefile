@@ -45,6 +45,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzEncodeBPE$$' -fuzztime 10s ./node/engine/tokenizer
 	go test -run '^$$' -fuzz '^FuzzSchemaAutomaton$$' -fuzztime 10s ./node/engine/chat
 	go test -run '^$$' -fuzz '^FuzzParseChat$$' -fuzztime 10s ./node/api
+	go test -run '^$$' -fuzz '^FuzzParseImages$$' -fuzztime 10s ./node/api
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -151,4 +152,28 @@ func TestParseImages(t *testing.T) {
 			t.Errorf("%.80s: got %v, want 400 param %q", body, err, param)
 		}
 	}
+}
+
+// FuzzParseImages: no body may panic the image generation decoder;
+// rejections are 400s, and what it accepts is within the spec's ranges.
+func FuzzParseImages(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":"a fox","n":2,"size":"512x512","seed":3}`))
+	f.Add([]byte(`{"model":"m","prompt":"x","operation":"inpaint","image":"aGk=","mask":"aGk="}`))
+	f.Add([]byte(`{"model":"m","prompt":"x","size":"4096x64","response_format":"b64_json","reference_images":[]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := parseImages(body)
+		if err != nil {
+			var ae *APIError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
+				t.Fatalf("bad rejection %#v", err)
+			}
+			return
+		}
+		var w, h int
+		fmt.Sscanf(p.Req.Size, "%dx%d", &w, &h)
+		if p.Model == "" || p.Req.Prompt == "" || p.Req.N < 1 || p.Req.N > MaxImagesPerRequest ||
+			w < 64 || h < 64 || w > 4096 || h > 4096 || p.Req.ResponseFormat != "b64_json" {
+			t.Fatalf("accepted %+v", p)
+		}
+	})
 }
