@@ -92,7 +92,7 @@ func (e *engines) get(ctx context.Context, id string, task engine.Task) (engine.
 		return nil, errNotFound(id)
 	}
 	if engine.Task(m.Task) != task {
-		return nil, fmt.Errorf("model %s is a %s model: %w", m.ID, m.Task, api.ErrWrongTask)
+		return nil, fmt.Errorf("model %s serves the %s task: %w", m.ID, m.Task, api.ErrWrongTask)
 	}
 	e.mu.Lock()
 	eng := e.loaded[m.ID]
