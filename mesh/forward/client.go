@@ -202,7 +202,7 @@ func (c *Client) Forward(ctx context.Context, addr string, req *Request) (*Strea
 	if req.Unary {
 		resp, err := c.peer(addr).ForwardUnary(ctx, creq)
 		if err == nil {
-			return &Stream{whole: resp.Msg, unary: true, met: c.met}, nil
+			return &Stream{whole: resp.Msg, met: c.met}, nil
 		}
 		if !tooLarge(err) {
 			c.met.calls.WithLabelValues(resultOf(err)).Inc()
@@ -248,8 +248,7 @@ var ErrProtocol = errors.New("forward: malformed response stream")
 // Stream is one forwarded response. Read the head, then body chunks until
 // io.EOF, then the trailer. It is not safe for concurrent use.
 type Stream struct {
-	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse] // nil for a unary call
-	unary   bool                                                      // whole holds the entire response
+	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse] // nil for a unary call: whole is the response
 	met     *clientMetrics
 	head    bool
 	whole   *forwardv1.Whole   // a Whole frame whose body is still to be read
@@ -265,29 +264,24 @@ func (s *Stream) Head() (Head, error) {
 	if s.head {
 		return Head{}, fmt.Errorf("%w: head read twice", ErrProtocol)
 	}
-	if s.unary {
-		h := s.whole.GetHead()
-		if h == nil {
-			err := fmt.Errorf("%w: unary response without a head", ErrProtocol)
+	var h *forwardv1.Head
+	if s.s == nil {
+		h = s.whole.GetHead()
+	} else {
+		if !s.s.Receive() {
+			err := s.s.Err()
+			if err == nil {
+				err = fmt.Errorf("%w: stream ended before the head", ErrProtocol)
+			}
 			s.count(err)
 			return Head{}, err
 		}
-		s.head = true
-		return Head{Status: int(h.GetStatus()), Header: headersFromProto(h.GetHeaders())}, nil
-	}
-	if !s.s.Receive() {
-		err := s.s.Err()
-		if err == nil {
-			err = fmt.Errorf("%w: stream ended before the head", ErrProtocol)
+		msg := s.s.Msg()
+		h = msg.GetHead()
+		if wh := msg.GetWhole(); wh != nil {
+			h = wh.GetHead()
+			s.whole = wh
 		}
-		s.count(err)
-		return Head{}, err
-	}
-	msg := s.s.Msg()
-	h := msg.GetHead()
-	if wh := msg.GetWhole(); wh != nil {
-		h = wh.GetHead()
-		s.whole = wh
 	}
 	if h == nil {
 		err := fmt.Errorf("%w: first frame is not a head", ErrProtocol)
@@ -343,25 +337,21 @@ func (s *Stream) Next() (data []byte, flush bool, err error) {
 	return nil, false, err
 }
 
-// end records the trailer and reads Connect's end of stream, so the
-// connection is clean and goes back to the pool; nothing may follow the
-// trailer. It returns io.EOF on success.
+// end records the trailer and, on a stream, reads Connect's end of
+// stream, so the connection is clean and goes back to the pool; nothing
+// may follow the trailer. It returns io.EOF on success.
 func (s *Stream) end(t *forwardv1.Trailer) error {
 	s.ended = true
-	if s.unary {
-		u := t.GetUsage()
-		s.trailer = Trailer{Usage: Usage{PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens()}, Err: t.GetError()}
-		s.count(nil)
-		return io.EOF
-	}
-	if s.s.Receive() {
-		err := fmt.Errorf("%w: frame after the trailer", ErrProtocol)
-		s.count(err)
-		return err
-	}
-	if err := s.s.Err(); err != nil {
-		s.count(err)
-		return err
+	if s.s != nil {
+		if s.s.Receive() {
+			err := fmt.Errorf("%w: frame after the trailer", ErrProtocol)
+			s.count(err)
+			return err
+		}
+		if err := s.s.Err(); err != nil {
+			s.count(err)
+			return err
+		}
 	}
 	u := t.GetUsage()
 	s.trailer = Trailer{Usage: Usage{PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens()}, Err: t.GetError()}

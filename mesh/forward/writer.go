@@ -90,12 +90,13 @@ func newUnaryWriter(send func(*forwardv1.ForwardResponse) error, limit int) *str
 }
 
 // errUnaryTooLarge fails a ForwardUnary call whose response outgrew the
-// limit; the refusal header tells the client to ask again as a stream.
-var errUnaryTooLarge = func() *connect.Error {
+// limit; the refusal header tells the client to ask again as a stream. A
+// new error each time: a *connect.Error carries mutable metadata.
+func errUnaryTooLarge() *connect.Error {
 	err := connect.NewError(connect.CodeResourceExhausted, errors.New("forward: response too large for a unary forward"))
 	err.Meta().Set(RefusalHeader, refusalTooLarge)
 	return err
-}()
+}
 
 // refusalTooLarge is the RefusalHeader value of errUnaryTooLarge.
 const refusalTooLarge = "unary-too-large"
@@ -138,7 +139,7 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 	}
 	if w.unary > 0 {
 		if len(w.buf)+len(p) > w.unary {
-			w.err = errUnaryTooLarge
+			w.err = errUnaryTooLarge()
 			return 0, w.err
 		}
 		w.buf = append(w.buf, p...)

@@ -47,13 +47,34 @@ func TestParseChat(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}`:                                       "messages[0].content[0].image_url",
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"max"}}]}]}`: "messages[0].content[0].image_url.detail",
 	}
+	wantBadParams(t, parseChat, bad)
+}
+
+// wantBadParams checks that parse refuses each body with a 400 naming the
+// param it maps to.
+func wantBadParams[T any](t *testing.T, parse func([]byte) (T, error), bad map[string]string) {
+	t.Helper()
 	for body, param := range bad {
-		_, err := parseChat([]byte(body))
+		_, err := parse([]byte(body))
 		var ae *APIError
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != param {
-			t.Errorf("%s: got %v, want 400 param %q", body, err, param)
+			t.Errorf("%.80s: got %v, want 400 param %q", body, err, param)
 		}
 	}
+}
+
+// fuzzRejection fails a fuzz case whose decoder error is not a 400
+// APIError with a message; it reports whether err was a rejection.
+func fuzzRejection(t *testing.T, err error) bool {
+	t.Helper()
+	if err == nil {
+		return false
+	}
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
+		t.Fatalf("bad rejection %#v", err)
+	}
+	return true
 }
 
 // FuzzParseChat: no body may panic the chat decoder; rejections are 400s.
@@ -63,11 +84,7 @@ func FuzzParseChat(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p, err := parseChat(body)
-		if err != nil {
-			var ae *APIError
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
-				t.Fatalf("bad rejection %#v", err)
-			}
+		if fuzzRejection(t, err) {
 			return
 		}
 		if p.Model == "" || len(p.Req.Messages) == 0 {
@@ -145,13 +162,7 @@ func TestParseImages(t *testing.T) {
 		`{"model":"m","prompt":"` + strings.Repeat("x", MaxImagePrompt+1) + `"}`: "prompt",
 		`{"model":"m","prompt":"x","colour":"red"}`:                              "colour",
 	}
-	for body, param := range bad {
-		_, err := parseImages([]byte(body))
-		var ae *APIError
-		if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != param {
-			t.Errorf("%.80s: got %v, want 400 param %q", body, err, param)
-		}
-	}
+	wantBadParams(t, parseImages, bad)
 }
 
 // FuzzParseImages: no body may panic the image generation decoder;
@@ -162,11 +173,7 @@ func FuzzParseImages(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":"x","size":"4096x64","response_format":"b64_json","reference_images":[]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p, err := parseImages(body)
-		if err != nil {
-			var ae *APIError
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
-				t.Fatalf("bad rejection %#v", err)
-			}
+		if fuzzRejection(t, err) {
 			return
 		}
 		var w, h int

@@ -147,8 +147,6 @@ func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, p
 	return v, true
 }
 
-// meshModel resolves id among the mesh's models; it answers 404
-// model_not_found when there is none.
 // modelEngine resolves a request's model and gets its engine from get
 // (one of the Backend's engine getters); on failure it has written the
 // error.
@@ -166,6 +164,8 @@ func modelEngine[E any](s *Server, w http.ResponseWriter, r *http.Request, id st
 	return m, eng, true
 }
 
+// meshModel resolves id among the mesh's models; it answers 404
+// model_not_found when there is none.
 func (s *Server) meshModel(w http.ResponseWriter, id string) (Model, bool) {
 	m, ok := s.opt.Backend.Model(id)
 	if !ok {

@@ -81,10 +81,12 @@ func (w *watcher) loop(id string) {
 	}
 }
 
+// routable reports whether peer id may still answer an attempt it holds:
+// routable, or draining (a draining peer finishes what it took).
 func (w *watcher) routable(id string) bool {
 	for _, p := range w.peers.Peers() {
 		if p.ID == id {
-			return !p.Ejected && (p.Health == route.HealthReady || p.Health == route.HealthSaturated || p.Health == route.HealthDraining)
+			return p.Routable() || (!p.Ejected && p.Health == route.HealthDraining)
 		}
 	}
 	return false

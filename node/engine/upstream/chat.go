@@ -8,18 +8,9 @@ import (
 )
 
 // chatEngine serves one provider chat model.
-type chatEngine struct {
-	c *client
-	m model
-}
+type chatEngine struct{ providerModel }
 
 var _ engine.Chatter = (*chatEngine)(nil)
-
-// ID is the canonical id upstream/<provider>/<model>.
-func (e *chatEngine) ID() string { return e.m.id }
-
-// Close releases nothing: the provider's connections belong to the registry.
-func (e *chatEngine) Close() error { return nil }
 
 // ContextWindow is the configured context window.
 func (e *chatEngine) ContextWindow() int { return e.m.ContextWindow }

@@ -222,3 +222,16 @@ func (c *client) readJSON(caller context.Context, cl *call, v any) error {
 	}
 	return nil
 }
+
+// providerModel is what every upstream engine is: one allowed model of a
+// provider, reached through that provider's client.
+type providerModel struct {
+	c *client
+	m model
+}
+
+// ID is the canonical id upstream/<provider>/<model>.
+func (e *providerModel) ID() string { return e.m.id }
+
+// Close releases nothing: the provider's connections belong to the registry.
+func (e *providerModel) Close() error { return nil }

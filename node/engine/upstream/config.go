@@ -1,6 +1,6 @@
 // Package upstream is the "upstream" runtime: chat, embeddings and image
-// generation engines that pass requests on to an OpenAI-compatible provider (a llama.cpp
-// server, vLLM, Ollama's /v1, a cloud API) over HTTP.
+// generation engines that pass requests on to an OpenAI-compatible
+// provider (a llama.cpp server, vLLM, Ollama's /v1, a cloud API) over HTTP.
 //
 // An operator lists providers in a JSON file (see Config). Each allowed
 // provider model becomes an engine with the canonical id
@@ -183,10 +183,8 @@ func (c Config) resolve(getenv func(string) string) ([]*provider, error) {
 			switch mc.Task {
 			case "", string(engine.TaskChat):
 				m.task = engine.TaskChat
-			case string(engine.TaskEmbeddings):
-				m.task = engine.TaskEmbeddings
-			case string(engine.TaskImageGeneration):
-				m.task = engine.TaskImageGeneration
+			case string(engine.TaskEmbeddings), string(engine.TaskImageGeneration):
+				m.task = engine.Task(mc.Task)
 			default:
 				errs = append(errs, fmt.Errorf("%s: task %q: want chat, embeddings or image-generation", mwhere, mc.Task))
 			}

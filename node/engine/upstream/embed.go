@@ -8,18 +8,9 @@ import (
 )
 
 // embedEngine serves one provider embeddings model.
-type embedEngine struct {
-	c *client
-	m model
-}
+type embedEngine struct{ providerModel }
 
 var _ engine.Embedder = (*embedEngine)(nil)
-
-// ID is the canonical id upstream/<provider>/<model>.
-func (e *embedEngine) ID() string { return e.m.id }
-
-// Close releases nothing: the provider's connections belong to the registry.
-func (e *embedEngine) Close() error { return nil }
 
 // MaxDimensions is the configured vector length, or the largest int32 when
 // none is configured (the provider then checks "dimensions" itself).

@@ -9,18 +9,9 @@ import (
 )
 
 // imageEngine serves one provider image generation model.
-type imageEngine struct {
-	c *client
-	m model
-}
+type imageEngine struct{ providerModel }
 
 var _ engine.ImageGenerator = (*imageEngine)(nil)
-
-// ID is the canonical id upstream/<provider>/<model>.
-func (e *imageEngine) ID() string { return e.m.id }
-
-// Close releases nothing: the provider's connections belong to the registry.
-func (e *imageEngine) Close() error { return nil }
 
 type wireImages struct {
 	Created int64 `json:"created"`

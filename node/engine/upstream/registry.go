@@ -68,11 +68,11 @@ func New(cfg Config, opt Options) (*Registry, error) {
 			var eng engine.Engine
 			switch m.task {
 			case engine.TaskEmbeddings:
-				eng = &embedEngine{c: c, m: m}
+				eng = &embedEngine{providerModel{c: c, m: m}}
 			case engine.TaskImageGeneration:
-				eng = &imageEngine{c: c, m: m}
+				eng = &imageEngine{providerModel{c: c, m: m}}
 			default:
-				eng = &chatEngine{c: c, m: m}
+				eng = &chatEngine{providerModel{c: c, m: m}}
 			}
 			r.engines[m.id], r.engines[m.wire] = eng, eng
 			r.models = append(r.models, ModelInfo{ID: m.id, WireID: m.wire, Task: m.task, Provider: p.name, Model: m.Model, Created: created})
