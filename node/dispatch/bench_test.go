@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infermesh/infermesh/mesh"
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/meshtest"
 	"github.com/infermesh/infermesh/node/dispatch"
@@ -32,6 +33,8 @@ type hopBench struct {
 // The front ends mark requests as one-piece answers (Facts.OnePiece), as
 // the API does for an embeddings request, so the mesh hop is a
 // ForwardUnary call; HOP_STREAM=1 makes it the streaming Forward call.
+// HOP_PCT=1 logs each path's latency percentiles from p50 to p99.9, and
+// HOP_FAST_GOSSIP=1 runs the nodes on the test clusters' fast gossip.
 
 // hopPaths are the compared paths; HOP_ONLY=mesh (or direct, proxy) runs
 // one of them alone, for profiling.
@@ -57,6 +60,16 @@ func newHopBench(b *testing.B) *hopBench {
 	pol, _ := dispatch.NewStaticPolicy(dispatch.Policy{})
 	c := meshtest.Start(b, meshtest.Options{
 		IDs: []string{"n1", "n2"},
+		// A deployment's gossip, not a test's: memberlist's LAN timers and
+		// the default record interval and heartbeat. TestConfig's timers
+		// publish load every 20 ms, which in the same process makes gossip
+		// the largest allocator of the run (its packets, its compression)
+		// and adds to every path's GC time.
+		Configure: func(cfg *mesh.Config) {
+			if os.Getenv("HOP_FAST_GOSSIP") == "" {
+				cfg.Timers, cfg.RecordInterval, cfg.RecordHeartbeat, cfg.EjectHold = mesh.LANTimers(), 0, 0, 0
+			}
+		},
 		Local: func(n *meshtest.Node) http.Handler {
 			d, err := dispatch.New(dispatch.Config{NodeID: n.ID}, engine, n.Mesh, n.Client, pol, n.Mesh, n.Logger, nil)
 			if err != nil {
@@ -156,6 +169,11 @@ func BenchmarkHopLatency(b *testing.B) {
 		d := slices.Clone(lat[p])
 		slices.Sort(d)
 		return float64(d[min(len(d)-1, int(q*float64(len(d))))]) / float64(time.Microsecond)
+	}
+	if os.Getenv("HOP_PCT") != "" {
+		for _, p := range hopPaths {
+			b.Logf("%s p50 %.0f p90 %.0f p95 %.0f p98 %.0f p99 %.0f p99.5 %.0f p99.9 %.0f", p, pct(p, .5), pct(p, .9), pct(p, .95), pct(p, .98), pct(p, .99), pct(p, .995), pct(p, .999))
+		}
 	}
 	if len(hopPaths) < 3 {
 		return
