@@ -95,9 +95,13 @@ func readResponse(res *http.Response, err error) (Response, error) {
 
 // StatusError is a non-2xx answer to a harness call.
 type StatusError struct {
-	What   string
+	// What names the call that got the answer (e.g. "state-digest",
+	// "members").
+	What string
+	// Status is the HTTP status of the answer.
 	Status int
-	Code   string
+	// Code is the OpenAI error code of the answer ("" when it had none).
+	Code string
 }
 
 // Error implements error.
@@ -123,9 +127,14 @@ func NewControlClient(timeout time.Duration) *http.Client {
 
 // DigestInfo is GET /v1/server/state-digest (coming).
 type DigestInfo struct {
-	Digest       string `json:"digest"`
+	// Digest identifies the node's replicated state; nodes holding the same
+	// state report the same digest.
+	Digest string `json:"digest"`
+	// AppliedIndex is the last raft log index the node has applied.
 	AppliedIndex uint64 `json:"applied_index"`
-	Leader       string `json:"leader"`
+	// Leader is the node id of the raft leader as this node sees it ("" when
+	// it knows none).
+	Leader string `json:"leader"`
 }
 
 // StateDigest reads a node's replicated-state digest and its view of the
@@ -147,7 +156,10 @@ func (a *API) StateDigest(ctx context.Context, base string) (DigestInfo, error) 
 
 // Member is one peer in a node's membership view.
 type Member struct {
-	ID    string `json:"id"`
+	// ID is the peer's node id.
+	ID string `json:"id"`
+	// State is the peer's state as the node reports it (e.g. "alive", "ready",
+	// "saturated"); see Healthy.
 	State string `json:"state"`
 	// Ejected: the node took the peer out of routing after a refused
 	// connection, before gossip said anything.
@@ -223,18 +235,28 @@ func parseMembers(body []byte) ([]Member, error) {
 
 // KeySpec is the body of POST /v1/server/keys (coming).
 type KeySpec struct {
-	Name          string   `json:"name"`
-	App           string   `json:"app"`
-	Admin         bool     `json:"admin"`
-	Allow         []string `json:"allow,omitempty"`
-	RPM           int64    `json:"rpm"`
-	DailyQuota    int64    `json:"daily_quota"`
-	MonthlyBudget int64    `json:"monthly_budget"`
+	// Name is the key's name; the harness gives every key a unique one.
+	Name string `json:"name"`
+	// App is the application the key belongs to (the harness uses "chaos").
+	App string `json:"app"`
+	// Admin lets the key use the admin API.
+	Admin bool `json:"admin"`
+	// Allow is the endpoint allowlist (e.g. "models", "embeddings"); empty
+	// allows every endpoint.
+	Allow []string `json:"allow,omitempty"`
+	// RPM limits requests per minute (0: unlimited).
+	RPM int64 `json:"rpm"`
+	// DailyQuota limits counted requests per UTC day (0: unlimited).
+	DailyQuota int64 `json:"daily_quota"`
+	// MonthlyBudget limits the estimated cost per month (0: unlimited).
+	MonthlyBudget int64 `json:"monthly_budget"`
 }
 
 // CreatedKey is the answer to a key creation: the id and, once, the key.
 type CreatedKey struct {
-	ID  string `json:"id"`
+	// ID identifies the key in later calls (revoke, list).
+	ID string `json:"id"`
+	// Key is the secret itself; no later answer contains it.
 	Key string `json:"key"`
 }
 
@@ -253,9 +275,13 @@ func (a *API) CreateKey(ctx context.Context, base string, spec KeySpec) (Created
 
 // KeyInfo is one entry of GET /v1/server/keys.
 type KeyInfo struct {
-	ID      string `json:"id"`
-	Name    string `json:"name"`
-	Revoked bool   `json:"revoked"`
+	// ID is the id the key was created with.
+	ID string `json:"id"`
+	// Name is the name the key was created with.
+	Name string `json:"name"`
+	// Revoked is true once the key's revoke has reached this node (the list is
+	// a local read).
+	Revoked bool `json:"revoked"`
 }
 
 // ListKeys lists the keys a node knows (a local read).

@@ -18,12 +18,16 @@ const maxListed = 40
 
 // Verdict is one checker's answer.
 type Verdict struct {
-	Check  string `json:"check"`
+	// Check names the checker (e.g. "harness", "availability",
+	// "acknowledged_writes").
+	Check string `json:"check"`
+	// Status is Pass, Fail or Skipped.
 	Status string `json:"status"`
 	// Why says why a check was skipped, or sums up a failure.
 	Why string `json:"why,omitempty"`
 	// Count is the number of violations; Violations lists the first ones.
-	Count      int      `json:"violations_count"`
+	Count int `json:"violations_count"`
+	// Violations holds the messages of the first maxListed (40) violations.
 	Violations []string `json:"violations,omitempty"`
 	// Notes are facts worth reading that are not violations.
 	Notes []string `json:"notes,omitempty"`

@@ -112,22 +112,32 @@ func (n *Node) RPCAddr() string { return net.JoinHostPort(n.IP.String(), strconv
 
 // Exit records how one node process ended.
 type Exit struct {
-	Node        string    `json:"node"`
-	Incarnation int       `json:"incarnation"`
-	At          time.Time `json:"at"`
-	Code        int       `json:"code"`
-	Signal      string    `json:"signal,omitempty"`
-	Expected    string    `json:"expected,omitempty"`   // SIGKILL, SIGTERM, teardown; empty = unexpected
-	Crash       []string  `json:"crash,omitempty"`      // crash markers from the log
-	LastLines   []string  `json:"last_lines,omitempty"` // the log's end, for unexpected exits
+	// Node is the node id.
+	Node string `json:"node"`
+	// Incarnation counts the node's starts: 1 for its first process, one more
+	// per restart.
+	Incarnation int `json:"incarnation"`
+	// At is when the harness saw the process end (wall clock).
+	At time.Time `json:"at"`
+	// Code is the exit status; -1 when a signal ended the process or the
+	// status is unknown.
+	Code int `json:"code"`
+	// Signal names the signal that ended the process ("" for a normal exit).
+	Signal    string   `json:"signal,omitempty"`
+	Expected  string   `json:"expected,omitempty"`   // SIGKILL, SIGTERM, teardown; empty = unexpected
+	Crash     []string `json:"crash,omitempty"`      // crash markers from the log
+	LastLines []string `json:"last_lines,omitempty"` // the log's end, for unexpected exits
 }
 
 // Transition is one change of a node's state, for the impairment model and
 // the request classifier.
 type Transition struct {
-	At   time.Time `json:"at"`
-	Node string    `json:"node"`
-	To   NodeState `json:"to"`
+	// At is when the harness changed the state (wall clock, not an offset).
+	At time.Time `json:"at"`
+	// Node is the node id.
+	Node string `json:"node"`
+	// To is the state the node entered.
+	To NodeState `json:"to"`
 }
 
 // Cluster runs the nodes of one scenario as real processes.

@@ -15,8 +15,12 @@ type Convergence struct {
 	Converged bool `json:"converged"`
 	// From is the last recovery (or the end of the load), After the time
 	// from there to agreement.
-	From  time.Duration `json:"from_ns"`
+	From time.Duration `json:"from_ns"`
+	// After is the time from From to agreement: when the monitor first saw it,
+	// else when the final check passed (0 when never reached).
 	After time.Duration `json:"after_ns"`
+	// Bound is the convergence bound the wait used (Options.ConvergenceBound,
+	// default 30 s); 0 when no wait ran.
 	Bound time.Duration `json:"bound_ns"`
 	// Why is the condition that still failed at the bound.
 	Why string `json:"why,omitempty"`
@@ -24,6 +28,8 @@ type Convergence struct {
 	Unchecked []string `json:"unchecked,omitempty"`
 	// Leader and Digest are what all nodes agreed on.
 	Leader string `json:"leader,omitempty"`
+	// Digest is the state digest they all reported (empty without the
+	// state-digest endpoint).
 	Digest string `json:"digest,omitempty"`
 	// Routable says, per node, which entry node's request it served.
 	Routable map[string]string `json:"routable,omitempty"`

@@ -42,18 +42,26 @@ func (k EventKind) isPartition() bool { return k == EvIsolate || k == EvSplit ||
 
 // Event is one timed, logged fault or recovery.
 type Event struct {
-	Seq  int       `json:"seq"`
+	// Seq is the event's position in the run's event log, from 0.
+	Seq int `json:"seq"`
+	// Kind is the fault or recovery action.
 	Kind EventKind `json:"kind"`
 	// Nodes are the targets; for a split, Groups are the sides (for a cut:
 	// from, to).
-	Nodes  []string   `json:"nodes,omitempty"`
+	Nodes []string `json:"nodes,omitempty"`
+	// Groups are the partition's sides: the isolated group and the rest, the
+	// two halves of a split, or a cut's senders and receivers; nil for other
+	// kinds.
 	Groups [][]string `json:"groups,omitempty"`
 	// At is when the action started, Done when it returned (a restart
 	// returns when the node is ready, a terminate when it exited).
-	At     time.Duration `json:"at_ns"`
-	Done   time.Duration `json:"done_ns"`
-	Detail string        `json:"detail,omitempty"`
-	Err    string        `json:"err,omitempty"`
+	At time.Duration `json:"at_ns"`
+	// Done is when the action returned, as an offset from the scenario start.
+	Done time.Duration `json:"done_ns"`
+	// Detail is free text about the action (e.g. "after n2" for a new leader).
+	Detail string `json:"detail,omitempty"`
+	// Err is why the action failed ("" when it succeeded).
+	Err string `json:"err,omitempty"`
 }
 
 func (r *Run) begin(kind EventKind, nodes []string, groups [][]string, detail string) *Event {

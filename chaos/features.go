@@ -38,13 +38,22 @@ func meshFlags() []string {
 
 // Features is what the binary and the machine can do.
 type Features struct {
-	Mesh           bool     `json:"mesh"`
-	MissingFlags   []string `json:"missing_flags,omitempty"`
-	Partitions     bool     `json:"partitions"`
-	NoPartitionWhy string   `json:"no_partition_why,omitempty"`
-	Digest         bool     `json:"state_digest"`
-	Members        bool     `json:"members"`
-	Keys           bool     `json:"keys"`
+	// Mesh is true when serve -h lists every mesh flag (NeedMesh).
+	Mesh bool `json:"mesh"`
+	// MissingFlags are the mesh flags serve -h does not list.
+	MissingFlags []string `json:"missing_flags,omitempty"`
+	// Partitions is true when iptables works in the namespace (root), so
+	// partition scenarios can run.
+	Partitions bool `json:"partitions"`
+	// NoPartitionWhy says why Partitions is false.
+	NoPartitionWhy string `json:"no_partition_why,omitempty"`
+	// Digest is true when a probe node serves GET /v1/server/state-digest.
+	Digest bool `json:"state_digest"`
+	// Members is true when a probe node serves GET /v1/server/members.
+	Members bool `json:"members"`
+	// Keys is true when a probe node serves the key admin API
+	// (/v1/server/keys).
+	Keys bool `json:"keys"`
 	// Standalone is set when the operator asked to run mesh scenarios on
 	// independent nodes (harness development; says nothing about the mesh).
 	Standalone bool `json:"standalone,omitempty"`

@@ -51,7 +51,8 @@ type LoadConfig struct {
 	Model string
 	// ChatModel is the chat model id ("" disables chat); ChatTokens
 	// bounds each answer.
-	ChatModel  string
+	ChatModel string
+	// ChatTokens is the max_tokens of each chat request (default 8).
 	ChatTokens int
 	// DataKey authenticates inference traffic; AdminKey the key admin calls.
 	DataKey, AdminKey string
@@ -72,20 +73,25 @@ type LoadConfig struct {
 
 // KeyEntry is what the load knows about one key it tried to create.
 type KeyEntry struct {
-	Name  string `json:"name"`
+	// Name is the key's unique name: KeyPrefix and a counter.
+	Name string `json:"name"`
+	// ID is the id the acknowledged create returned ("" until then).
 	ID    string `json:"id,omitempty"`
 	plain string
 	// CreateAcked: the create answered 2xx at CreateAt.
-	CreateAcked bool          `json:"create_acked"`
-	CreateAt    time.Duration `json:"create_at_ns"`
+	CreateAcked bool `json:"create_acked"`
+	// CreateAt is when the create's 2xx answer arrived, as an offset from the
+	// scenario start.
+	CreateAt time.Duration `json:"create_at_ns"`
 	// CreateCalled is when the create was sent.
 	CreateCalled time.Duration `json:"create_called_ns"`
 	// RevokeCalled is when the first revoke was sent (0: never).
 	RevokeCalled time.Duration `json:"revoke_called_ns,omitempty"`
 	// RevokeAcked: a revoke answered 2xx at RevokeAt.
-	RevokeAcked bool          `json:"revoke_acked"`
-	RevokeAt    time.Duration `json:"revoke_at_ns,omitempty"`
-	revoking    bool
+	RevokeAcked bool `json:"revoke_acked"`
+	// RevokeAt is when the revoke's 2xx answer arrived (0: not acknowledged).
+	RevokeAt time.Duration `json:"revoke_at_ns,omitempty"`
+	revoking bool
 }
 
 // Load sends the mix through every live node and records every request.

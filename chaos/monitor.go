@@ -11,18 +11,25 @@ import (
 // Observation is one poll of one node's view of the cluster.
 type Observation struct {
 	// Round numbers the polls; one round asks every running node once.
-	Round int           `json:"round"`
-	At    time.Duration `json:"at_ns"`
-	Node  string        `json:"node"`
+	Round int `json:"round"`
+	// At is when the poll of this node finished, as an offset from the
+	// scenario start.
+	At time.Duration `json:"at_ns"`
+	// Node is the id of the node polled.
+	Node string `json:"node"`
 	// Leader, Digest and Index come from the state digest (when served).
 	Leader string `json:"leader,omitempty"`
+	// Digest is the node's replicated-state digest.
 	Digest string `json:"digest,omitempty"`
-	Index  uint64 `json:"index,omitempty"`
+	// Index is the node's applied raft index.
+	Index uint64 `json:"index,omitempty"`
 	// Healthy lists the peers the node sees as routable (when members is
 	// served); Seen lists every peer it lists.
 	Healthy []string `json:"healthy,omitempty"`
-	Seen    []string `json:"seen,omitempty"`
-	Err     string   `json:"err,omitempty"`
+	// Seen lists every peer in the node's membership view, healthy or not.
+	Seen []string `json:"seen,omitempty"`
+	// Err is the poll's first error ("" when every call succeeded).
+	Err string `json:"err,omitempty"`
 }
 
 // Monitor polls every running node's state digest and membership view.

@@ -50,39 +50,55 @@ const (
 
 // KeyObs is one key as a list read saw it.
 type KeyObs struct {
-	Name    string `json:"name"`
-	ID      string `json:"id"`
-	Revoked bool   `json:"revoked"`
+	// Name identifies the key in the history (one register per name).
+	Name string `json:"name"`
+	// ID is the key's id as the node listed it.
+	ID string `json:"id"`
+	// Revoked is the revoked flag the node reported.
+	Revoked bool `json:"revoked"`
 }
 
 // Record is one request as the client saw it.
 type Record struct {
-	Seq   int    `json:"seq"`
-	Kind  OpKind `json:"kind"`
+	// Seq is the order in which the recorder stored the record (as requests
+	// finished), from 0.
+	Seq int `json:"seq"`
+	// Kind is the request type actually sent (a revoke or probe with no key to
+	// use becomes a list or a models call).
+	Kind OpKind `json:"kind"`
+	// Entry is the id of the node the request was sent to.
 	Entry string `json:"entry"`
 	// Backend is X-Service-Backend of the answer.
 	Backend string `json:"backend,omitempty"`
 	// Start and End are offsets from the scenario start.
 	Start time.Duration `json:"start_ns"`
-	End   time.Duration `json:"end_ns"`
+	// End is when the answer was read or the request failed.
+	End time.Duration `json:"end_ns"`
 	// Status is the HTTP status (0: no answer).
-	Status     int    `json:"status"`
-	Code       string `json:"code,omitempty"`
-	Msg        string `json:"message,omitempty"`
-	RetryAfter bool   `json:"retry_after,omitempty"`
+	Status int `json:"status"`
+	// Code is the OpenAI error code of an error answer.
+	Code string `json:"code,omitempty"`
+	// Msg is the OpenAI error message (cut at 200 bytes).
+	Msg string `json:"message,omitempty"`
+	// RetryAfter reports that the answer carried a Retry-After header.
+	RetryAfter bool `json:"retry_after,omitempty"`
 	// Err is the transport error, if any.
-	Err     string `json:"err,omitempty"`
-	Timeout bool   `json:"timeout,omitempty"`
+	Err string `json:"err,omitempty"`
+	// Timeout reports that Err was a timeout (the request's deadline or a
+	// network timeout).
+	Timeout bool `json:"timeout,omitempty"`
 	// Class is filled in by the classifier after the run.
 	Class Class `json:"class"`
 	// Why explains the class (which fault excused it, or what was wrong).
 	Why string `json:"why,omitempty"`
 
 	// Key history fields.
-	KeyName string   `json:"key_name,omitempty"`
-	KeyID   string   `json:"key_id,omitempty"`
-	Keys    []KeyObs `json:"keys,omitempty"`  // list reads: our keys only
-	Final   bool     `json:"final,omitempty"` // reads made after convergence
+	KeyName string `json:"key_name,omitempty"`
+	// KeyID is the key's id (revokes, probes, and creates that were
+	// acknowledged).
+	KeyID string   `json:"key_id,omitempty"`
+	Keys  []KeyObs `json:"keys,omitempty"`  // list reads: our keys only
+	Final bool     `json:"final,omitempty"` // reads made after convergence
 }
 
 // OK reports a 2xx answer.

@@ -14,22 +14,35 @@ import (
 
 // LatencyStat summarises the successful inference requests of a window.
 type LatencyStat struct {
-	From   time.Duration `json:"from_ns"`
-	To     time.Duration `json:"to_ns"`
-	N      int           `json:"n"`
-	P50ms  float64       `json:"p50_ms"`
-	P99ms  float64       `json:"p99_ms"`
-	Errors int           `json:"errors"` // requests of any kind that were not ok
+	// From is where the window of request starts begins (inclusive), as an
+	// offset from the scenario start.
+	From time.Duration `json:"from_ns"`
+	// To is where the window ends (exclusive); the whole-run window ends at a
+	// very large value.
+	To time.Duration `json:"to_ns"`
+	// N is the number of ok inference requests the percentiles are taken over.
+	N int `json:"n"`
+	// P50ms is their median latency in milliseconds (0 when N is 0).
+	P50ms float64 `json:"p50_ms"`
+	// P99ms is their 99th-percentile latency in milliseconds (0 when N is 0).
+	P99ms  float64 `json:"p99_ms"`
+	Errors int     `json:"errors"` // requests of any kind that were not ok
 }
 
 // FaultStat is what happened around one fault.
 type FaultStat struct {
+	// Event is the fault.
 	Event Event `json:"event"`
 	// EndAt is when the matching recovery finished (absent: never).
-	EndAt  *time.Duration `json:"end_at_ns,omitempty"`
-	Before LatencyStat    `json:"before"`
-	During LatencyStat    `json:"during"`
-	After  LatencyStat    `json:"after"`
+	EndAt *time.Duration `json:"end_at_ns,omitempty"`
+	// Before covers the 10 s before the fault.
+	Before LatencyStat `json:"before"`
+	// During covers the fault until its recovery, at least 2 s, cut at the end
+	// of the load.
+	During LatencyStat `json:"during"`
+	// After covers the 10 s after the recovery, cut at the end of the load
+	// (zero without a recovery).
+	After LatencyStat `json:"after"`
 	// RoutingChange is the time from the fault to the first membership view
 	// of another node that no longer lists a target as healthy.
 	RoutingChange *time.Duration `json:"routing_change_ns,omitempty"`
@@ -43,44 +56,86 @@ type FaultStat struct {
 
 // ScenarioReport is one scenario in the JSON report.
 type ScenarioReport struct {
-	Name        string          `json:"name"`
-	Title       string          `json:"title"`
-	Nodes       int             `json:"nodes"`
-	Needs       []Need          `json:"needs"`
-	Skipped     []Need          `json:"skipped_for_missing,omitempty"`
-	Seed        uint64          `json:"seed"`
-	Dir         string          `json:"dir,omitempty"`
-	Started     time.Time       `json:"started"`
-	LoadSeconds float64         `json:"load_seconds"`
-	Rate        float64         `json:"rate"`
-	Requests    int             `json:"requests"`
-	ByClass     map[Class]int   `json:"by_class"`
-	ByOutcome   map[string]int  `json:"by_outcome"`
-	ByKind      map[OpKind]int  `json:"by_kind"`
-	ErrorKinds  map[string]int  `json:"error_kinds,omitempty"`
-	Overall     LatencyStat     `json:"overall"`
-	Events      []Event         `json:"events"`
-	Faults      []FaultStat     `json:"faults"`
-	Convergence Convergence     `json:"convergence"`
-	Exits       []Exit          `json:"exits"`
-	Verdicts    []Verdict       `json:"verdicts"`
-	Pass        bool            `json:"pass"`
-	RecordsFile string          `json:"records_file,omitempty"`
-	Series      []TimelinePoint `json:"-"`
+	// Name is the scenario's command-line name.
+	Name string `json:"name"`
+	// Title describes the scenario in one line.
+	Title string `json:"title"`
+	// Nodes is the cluster size.
+	Nodes int `json:"nodes"`
+	// Needs lists what the scenario needs from the binary and the machine.
+	Needs []Need `json:"needs"`
+	// Skipped lists the needs that were not met; when set, the scenario did
+	// not run.
+	Skipped []Need `json:"skipped_for_missing,omitempty"`
+	// Seed is the random seed the run used (0 when skipped).
+	Seed uint64 `json:"seed"`
+	// Dir is the scenario's folder (records, observations, node logs, kept
+	// data directories).
+	Dir string `json:"dir,omitempty"`
+	// Started is the scenario start; record and event offsets count from it.
+	Started time.Time `json:"started"`
+	// LoadSeconds is when the load ended (requests in flight included), in
+	// seconds from Started.
+	LoadSeconds float64 `json:"load_seconds"`
+	// Rate is the configured load in requests per second.
+	Rate float64 `json:"rate"`
+	// Requests is the number of requests recorded (final key reads included).
+	Requests int `json:"requests"`
+	// ByClass counts requests per outcome class.
+	ByClass map[Class]int `json:"by_class"`
+	// ByOutcome counts requests per HTTP status or transport failure
+	// ("timeout", "transport_error", "<status>_broken").
+	ByOutcome map[string]int `json:"by_outcome"`
+	// ByKind counts requests per request type.
+	ByKind map[OpKind]int `json:"by_kind"`
+	// ErrorKinds counts requests that were not ok, by class and a short name
+	// of the error ("<class>: <error>").
+	ErrorKinds map[string]int `json:"error_kinds,omitempty"`
+	// Overall is the latency of ok inference requests over the whole run.
+	Overall LatencyStat `json:"overall"`
+	// Events is every fault and recovery, in order.
+	Events []Event `json:"events"`
+	// Faults holds the figures around each fault.
+	Faults []FaultStat `json:"faults"`
+	// Convergence is the outcome of the wait for agreement after the last
+	// recovery.
+	Convergence Convergence `json:"convergence"`
+	// Exits records every node process exit.
+	Exits []Exit `json:"exits"`
+	// Verdicts are the checkers' answers.
+	Verdicts []Verdict `json:"verdicts"`
+	// Pass is true when no verdict failed (and for a skipped scenario).
+	Pass bool `json:"pass"`
+	// RecordsFile is the path of records.jsonl, one line per request.
+	RecordsFile string `json:"records_file,omitempty"`
+	// Series is the per-second timeline drawn into timeline.png; it is not
+	// written to the JSON report.
+	Series []TimelinePoint `json:"-"`
 }
 
 // Report is the whole run.
 type Report struct {
-	Started   time.Time        `json:"started"`
-	Binary    string           `json:"binary"`
-	Namespace NamespaceMode    `json:"namespace"`
-	Features  Features         `json:"features"`
-	Options   map[string]any   `json:"options"`
+	// Started is when the suite began.
+	Started time.Time `json:"started"`
+	// Binary is the path of the infermesh binary under test.
+	Binary string `json:"binary"`
+	// Namespace is how the private network namespace was made (root or user).
+	Namespace NamespaceMode `json:"namespace"`
+	// Features is what the binary and the machine could do (after
+	// SuiteConfig.Disable).
+	Features Features `json:"features"`
+	// Options records the run's settings: rate, convergence and propagation
+	// bounds, output folder.
+	Options map[string]any `json:"options"`
+	// Scenarios are the scenarios in the order they ran, skipped ones
+	// included.
 	Scenarios []ScenarioReport `json:"scenarios"`
 	// Host is the hygiene verdict of the parent process (after the
 	// namespace is gone); filled in by the caller that made it.
 	Host *Verdict `json:"host_hygiene,omitempty"`
-	Pass bool     `json:"pass"`
+	// Pass is true when every scenario that ran passed, at least one ran, and
+	// host hygiene (once checked) passed.
+	Pass bool `json:"pass"`
 }
 
 // outcomeOf names a record's outcome for counting: the status, or the

@@ -83,29 +83,57 @@ type Run struct {
 
 // Result is everything a scenario produced, for the checkers and the report.
 type Result struct {
-	Scenario     Scenario
-	Seed         uint64
-	Dir          string
-	Features     Features
-	Skipped      []Need
-	Records      []*Record
-	Events       []Event
-	Transitions  []Transition
-	Exits        []Exit
+	// Scenario is the scenario that ran.
+	Scenario Scenario
+	// Seed is the random seed used (Options.Seed, or the one picked for it).
+	Seed uint64
+	// Dir is the scenario's folder ("" when skipped).
+	Dir string
+	// Features is what the binary and the machine could do.
+	Features Features
+	// Skipped lists the needs that were not met; when set, nothing ran.
+	Skipped []Need
+	// Records is every request, sorted by start.
+	Records []*Record
+	// Events is the fault and recovery log.
+	Events []Event
+	// Transitions is every node state change, in order.
+	Transitions []Transition
+	// Exits is every node process exit.
+	Exits []Exit
+	// Observations is every monitor poll, in time order.
 	Observations []Observation
-	Keys         []KeyEntry
-	QuotaLimit   int64
+	// Keys is the load's key book: every key it tried to create.
+	Keys []KeyEntry
+	// QuotaLimit is the quota key's daily quota: half the quota requests the
+	// mix is expected to send, at least 5 (0 without keys).
+	QuotaLimit int64
+	// DroppedTicks counts requests not sent because the load's in-flight cap
+	// was reached.
 	DroppedTicks int64
-	NoNodeTicks  int64
-	LostRecords  int
-	Convergence  Convergence
-	ScriptErr    string
-	SetupErr     string
-	Cleanup      []string // hygiene problems found at teardown
-	NodeIDs      []string
-	T0           time.Time
-	LoadEnd      time.Duration
-	Opt          Options
+	// NoNodeTicks counts requests not sent because no node was live.
+	NoNodeTicks int64
+	// LostRecords counts records dropped over the recorder's cap.
+	LostRecords int
+	// Convergence is the outcome of the wait for agreement after the last
+	// recovery.
+	Convergence Convergence
+	// ScriptErr is why the fault script or the final recovery failed ("" when
+	// both succeeded).
+	ScriptErr string
+	// SetupErr is why the cluster could not be made, tagged, started or
+	// formed, or the load's keys created ("" when setup succeeded).
+	SetupErr string
+	Cleanup  []string // hygiene problems found at teardown
+	// NodeIDs are the cluster's node ids, n1 first.
+	NodeIDs []string
+	// T0 is the scenario start; every offset in the result counts from it.
+	T0 time.Time
+	// LoadEnd is when the load ended (requests in flight included), as an
+	// offset from T0.
+	LoadEnd time.Duration
+	// Opt is the options the scenario ran with, defaults filled in.
+	Opt Options
 }
 
 func randomSecret() string {

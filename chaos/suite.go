@@ -23,8 +23,10 @@ type SuiteConfig struct {
 	Scenarios []Scenario
 	// Models are imported into every node; Model is the embeddings model
 	// id the load sends.
-	Models    []string
-	Model     string
+	Models []string
+	// Model is the embeddings model id the load sends.
+	Model string
+	// ChatModel is the chat model id ("" sends no chat).
 	ChatModel string
 	// VisionImage adds background-removal requests (see Options).
 	VisionImage []byte
@@ -34,9 +36,12 @@ type SuiteConfig struct {
 	// Disable switches detected features off (e.g. to run without keys).
 	Disable []Need
 	// Rate, Seed, ConvergenceBound and PropagationBound: see Options.
-	Rate             float64
-	Seed             uint64
+	Rate float64
+	// Seed gives scenario i the seed Seed+i (0: each picks its own).
+	Seed uint64
+	// ConvergenceBound is Options.ConvergenceBound (0: 30 s).
 	ConvergenceBound time.Duration
+	// PropagationBound is Options.PropagationBound (0: 2 s).
 	PropagationBound time.Duration
 	// KeepData keeps the nodes' data directories of passing scenarios.
 	KeepData bool
@@ -196,10 +201,13 @@ func DetectFeatures(ctx context.Context, cfg SuiteConfig, ns *Namespace) (Featur
 // HostSnapshot is what the parent process checks before and after the
 // namespace lived: the host's firewall rules and named namespaces.
 type HostSnapshot struct {
-	Rules   []string
-	Netns   string
-	HasIPT  bool
-	Missing string
+	// Rules are the host's iptables rules of the filter, raw, nat and mangle
+	// tables (when HasIPT).
+	Rules []string
+	// Netns is the output of `ip netns list`: the host's named namespaces.
+	Netns string
+	// HasIPT is true when Rules could be read (root and a working iptables).
+	HasIPT bool
 }
 
 // TakeHostSnapshot reads the host's firewall rules (when iptables exists

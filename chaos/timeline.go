@@ -18,7 +18,10 @@ import (
 
 // TimelinePoint is one second of a scenario.
 type TimelinePoint struct {
-	Sec        int     `json:"sec"`
+	// Sec is the second, counted from the scenario start, the requests started
+	// in.
+	Sec int `json:"sec"`
+	// OK counts requests classed ok.
 	OK         int     `json:"ok"`
 	Allowed    int     `json:"allowed"`    // shed, limited, entry down or paused
 	Unexpected int     `json:"unexpected"` // must be zero

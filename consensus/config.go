@@ -24,6 +24,7 @@ const (
 // Clock tells the time. Consensus reads it only to stamp commands on the
 // leader and to time membership reaping; the state machine never reads it.
 type Clock interface {
+	// Now returns the current time.
 	Now() time.Time
 }
 
@@ -69,6 +70,8 @@ type Member struct {
 // pass compares raft's configuration with. The node implements it over the
 // mesh; consensus only calls it.
 type MemberSource interface {
+	// Members returns the nodes the membership layer knows of now, with
+	// their status; an alive member left out of the list is marked failed.
 	Members() []Member
 }
 

@@ -60,8 +60,14 @@ func newLocalState(id string, epoch uint64, alpha float64, clock func() time.Tim
 
 // ModelInfo describes an installed model in the gossiped record.
 type ModelInfo struct {
-	WireID  string
-	Task    string
+	// WireID is the short id <name>:<tag> (<provider>:<model> for upstream
+	// models), so any node can resolve it.
+	WireID string
+	// Task is what the model does (embeddings, chat, background-removal,
+	// ...).
+	Task string
+	// Created is when the model was installed (for upstream models, when
+	// the node started serving it), Unix seconds.
 	Created int64
 }
 

@@ -35,7 +35,9 @@ type Config struct {
 	// IntraOpThreads bounds threads per ONNX Runtime session run (0: default).
 	IntraOpThreads int
 	// BatchMax and BatchWait configure the embeddings dynamic batcher.
-	BatchMax  int
+	BatchMax int
+	// BatchWait is the longest the batcher waits to fill a batch (0..1s;
+	// default 2ms).
 	BatchWait time.Duration
 	// DrainTimeout bounds how long in-flight requests may take after SIGTERM.
 	DrainTimeout time.Duration
@@ -59,10 +61,17 @@ type Config struct {
 	Voters int
 	// Strategy, InflightCap, Weight, Canary and CanaryPercent are this
 	// node's routing settings until replicated policy overrides them.
-	Strategy      string
-	InflightCap   int
-	Weight        int
-	Canary        bool
+	Strategy string
+	// InflightCap is how many requests this node serves at once before
+	// peers route elsewhere (1..100000; default 64).
+	InflightCap int
+	// Weight is this node's weight for the weighted strategy (0..1000;
+	// default 1).
+	Weight int
+	// Canary marks this node as a canary.
+	Canary bool
+	// CanaryPercent is the share of callers (0..100) this node receives
+	// when it is a canary.
 	CanaryPercent int
 	// FastTimers shortens gossip and raft timers (tests on loopback).
 	FastTimers bool

@@ -20,29 +20,52 @@ import (
 // PolicyDoc is the pool policy as operators write it: the body of
 // GET/PUT /v1/server/policy and the shape of <data-dir>/gateway.json.
 type PolicyDoc struct {
-	Strategy   string                  `json:"strategy,omitempty"`
-	Governance string                  `json:"governance,omitempty"`
-	Workers    map[string]WorkerPolicy `json:"workers,omitempty"`
-	Models     map[string]ModelDoc     `json:"models,omitempty"`
-	Revision   uint64                  `json:"revision,omitempty"`
+	// Strategy is the routing strategy (round-robin, least-latency,
+	// least-connections, weighted or sticky); empty means round-robin.
+	Strategy string `json:"strategy,omitempty"`
+	// Governance is the model pull mode: curated, federated or open; empty
+	// means open.
+	Governance string `json:"governance,omitempty"`
+	// Workers holds routing settings by node id; they override what those
+	// nodes gossip about themselves.
+	Workers map[string]WorkerPolicy `json:"workers,omitempty"`
+	// Models holds lifecycle and prices by canonical model id.
+	Models map[string]ModelDoc `json:"models,omitempty"`
+	// Revision is the raft index of the last policy change, 0 when none
+	// was made; the node sets it and ignores it in a written policy.
+	Revision uint64 `json:"revision,omitempty"`
 }
 
 // WorkerPolicy is one node's routing settings in a PolicyDoc.
 type WorkerPolicy struct {
-	Weight        int32 `json:"weight,omitempty"`
-	Canary        bool  `json:"canary,omitempty"`
+	// Weight is the node's weight for the weighted strategy; below 1
+	// counts as 1.
+	Weight int32 `json:"weight,omitempty"`
+	// Canary marks the node as a canary.
+	Canary bool `json:"canary,omitempty"`
+	// CanaryPercent is the share of callers (0..100) the canary receives.
 	CanaryPercent int32 `json:"canary_percent,omitempty"`
-	InflightCap   int32 `json:"inflight_cap,omitempty"`
+	// InflightCap caps the node's in-flight requests; 0 keeps the node's
+	// own cap.
+	InflightCap int32 `json:"inflight_cap,omitempty"`
 }
 
 // ModelDoc is one model's lifecycle and price in a PolicyDoc. Prices are in
 // currency units (the monthly budget's unit).
 type ModelDoc struct {
-	Lifecycle   string  `json:"lifecycle,omitempty"`
-	Replacement string  `json:"replacement,omitempty"`
-	PerRequest  float64 `json:"price_per_request,omitempty"`
-	PerMInput   float64 `json:"price_per_million_input_tokens,omitempty"`
-	PerMOutput  float64 `json:"price_per_million_output_tokens,omitempty"`
+	// Lifecycle is active, deprecated or blocked; empty means active.
+	// Blocked models are hidden, not routed and not pulled; responses for
+	// deprecated ones carry X-AI-Model-Deprecated.
+	Lifecycle string `json:"lifecycle,omitempty"`
+	// Replacement is the model id sent in X-AI-Model-Deprecated while this
+	// one is deprecated ("true" is sent when it is empty).
+	Replacement string `json:"replacement,omitempty"`
+	// PerRequest is the price of one request.
+	PerRequest float64 `json:"price_per_request,omitempty"`
+	// PerMInput is the price of a million input tokens.
+	PerMInput float64 `json:"price_per_million_input_tokens,omitempty"`
+	// PerMOutput is the price of a million output tokens.
+	PerMOutput float64 `json:"price_per_million_output_tokens,omitempty"`
 }
 
 func micros(v float64) int64 { return int64(math.Round(v * microsPerUnit)) }

@@ -115,6 +115,8 @@ type Usage struct {
 // the trailer. Handlers find it by type assertion, following Unwrap through
 // any middleware writers.
 type UsageSetter interface {
+	// SetUsage records the request's prompt and completion token counts; a
+	// later call replaces an earlier one.
 	SetUsage(promptTokens, completionTokens int64)
 }
 

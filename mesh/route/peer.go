@@ -48,8 +48,11 @@ type Model struct {
 	// this model; 0 means no measurement yet.
 	Latency time.Duration
 	// WireID, Task and Created describe the model (see mesh.ModelInfo).
-	WireID  string
-	Task    string
+	WireID string
+	// Task is what the model does (embeddings, chat, background-removal,
+	// ...).
+	Task string
+	// Created is when the peer installed the model, Unix seconds.
 	Created int64
 }
 

@@ -13,13 +13,27 @@ import (
 // Governance is the replicated state behind the admin routes: keys, usage
 // and the cluster's state digest. Writes go through raft on the node.
 type Governance interface {
+	// CreateKey stores a new key through raft and returns it with its
+	// plaintext, which is shown this once and never stored.
 	CreateKey(ctx context.Context, req KeyRequest) (KeyInfo, string, error)
+	// Keys lists every stored key, revoked ones included, sorted by id.
 	Keys() []KeyInfo
+	// Key returns the key with this id; false when there is none.
 	Key(id string) (KeyInfo, bool)
+	// RevokeKey revokes a key for good through raft and returns it; an
+	// unknown id wraps ErrNotFound.
 	RevokeKey(ctx context.Context, id string) (KeyInfo, error)
+	// Usage returns the replicated usage totals grouped by app, model, key
+	// or worker, as a JSON-ready list; any other by is an error.
 	Usage(by string) (any, error)
+	// Policy returns the pool policy document (GET /v1/server/policy).
 	Policy() any
+	// SetPolicy replaces the whole pool policy with the JSON document in
+	// body through raft and returns the stored policy; a malformed or
+	// invalid document wraps ErrInvalid.
 	SetPolicy(ctx context.Context, body []byte) (any, error)
+	// StateDigest identifies this node's replicated state for convergence
+	// checks: node_id, digest, applied_index, leader and is_leader.
 	StateDigest() map[string]any
 }
 
@@ -35,30 +49,57 @@ var (
 
 // KeyRequest creates an API key.
 type KeyRequest struct {
-	Name          string   `json:"name"`
-	App           string   `json:"app,omitempty"`
-	Admin         bool     `json:"admin,omitempty"`
-	Allow         []string `json:"allow,omitempty"`
-	RPM           int64    `json:"rpm,omitempty"`
-	DailyQuota    int64    `json:"daily_quota,omitempty"`
-	MonthlyBudget float64  `json:"monthly_budget,omitempty"`
-	ExpiresAt     int64    `json:"expires_at,omitempty"`
+	// Name labels the key for operators; required, at most 128 characters.
+	Name string `json:"name"`
+	// App is the application the key belongs to (the group of usage by
+	// app); at most 128 characters.
+	App string `json:"app,omitempty"`
+	// Admin lets the key use the admin routes.
+	Admin bool `json:"admin,omitempty"`
+	// Allow is the endpoint allowlist (chat, embeddings, images, audio,
+	// vision, models, pull, usage), at most 32 entries; empty allows all.
+	Allow []string `json:"allow,omitempty"`
+	// RPM limits requests per minute; 0 means unlimited.
+	RPM int64 `json:"rpm,omitempty"`
+	// DailyQuota limits counted requests per UTC day; 0 means unlimited.
+	DailyQuota int64 `json:"daily_quota,omitempty"`
+	// MonthlyBudget limits the estimated cost per month, in the currency
+	// units of the policy's model prices; 0 means unlimited.
+	MonthlyBudget float64 `json:"monthly_budget,omitempty"`
+	// ExpiresAt is when the key stops working, in Unix seconds; 0 never
+	// expires.
+	ExpiresAt int64 `json:"expires_at,omitempty"`
 }
 
 // KeyInfo describes a stored key; the plaintext is never part of it.
 type KeyInfo struct {
-	ID            string   `json:"id"`
-	Object        string   `json:"object"`
-	Name          string   `json:"name"`
-	App           string   `json:"app"`
-	Admin         bool     `json:"admin"`
-	Allow         []string `json:"allow"`
-	RPM           int64    `json:"rpm"`
-	DailyQuota    int64    `json:"daily_quota"`
-	MonthlyBudget float64  `json:"monthly_budget"`
-	ExpiresAt     *int64   `json:"expires_at"`
-	CreatedAt     int64    `json:"created_at"`
-	Revoked       bool     `json:"revoked"`
+	// ID is the key's stable id ("key_" and 16 hex digits), used in
+	// /v1/server/keys/{id}.
+	ID string `json:"id"`
+	// Object is always "api_key".
+	Object string `json:"object"`
+	// Name labels the key for operators.
+	Name string `json:"name"`
+	// App is the application the key belongs to.
+	App string `json:"app"`
+	// Admin reports whether the key may use the admin routes.
+	Admin bool `json:"admin"`
+	// Allow is the endpoint allowlist; empty (never null) allows all.
+	Allow []string `json:"allow"`
+	// RPM is the requests-per-minute limit; 0 means unlimited.
+	RPM int64 `json:"rpm"`
+	// DailyQuota is the limit of counted requests per UTC day; 0 means
+	// unlimited.
+	DailyQuota int64 `json:"daily_quota"`
+	// MonthlyBudget is the estimated-cost limit per month, in the policy's
+	// price units; 0 means unlimited.
+	MonthlyBudget float64 `json:"monthly_budget"`
+	// ExpiresAt is the expiry in Unix seconds; nil (null) never expires.
+	ExpiresAt *int64 `json:"expires_at"`
+	// CreatedAt is when the key was created, in Unix seconds.
+	CreatedAt int64 `json:"created_at"`
+	// Revoked reports whether the key was revoked (for good).
+	Revoked bool `json:"revoked"`
 }
 
 func governanceError(w http.ResponseWriter, err error) {

@@ -16,9 +16,17 @@ const MaxBatchInputs = 50000
 
 // BatchJobs is the node's background embedding job manager.
 type BatchJobs interface {
+	// Submit queues a job embedding texts with model (a canonical id);
+	// dims > 0 truncates the vectors. It returns batch.ErrFull when too
+	// many jobs are queued.
 	Submit(model string, texts []string, dims int) (batch.Job, error)
+	// Snapshot returns a copy of a job, with vectors once it completed; an
+	// unknown or expired id is an error.
 	Snapshot(id string) (batch.Job, error)
+	// Cancel stops a queued or running job and returns it; an unknown id
+	// is an error.
 	Cancel(id string) (batch.Job, error)
+	// List returns every job still held, newest first, without vectors.
 	List() []batch.Job
 }
 

@@ -42,14 +42,23 @@ const (
 
 // APIError is an OpenAI-style error with its HTTP status.
 type APIError struct {
-	Status     int    `json:"-"`
-	Message    string `json:"message"`
-	Type       string `json:"type"`
-	Param      any    `json:"param"`
-	Code       any    `json:"code"`
-	RetryAfter int    `json:"-"`
+	// Status is the HTTP status code; it is not part of the body.
+	Status int `json:"-"`
+	// Message is the human-readable error message.
+	Message string `json:"message"`
+	// Type is the OpenAI error type, one of the Type* constants or an
+	// upstream provider's.
+	Type string `json:"type"`
+	// Param names the offending request parameter; nil is sent as null.
+	Param any `json:"param"`
+	// Code is the machine-readable error code (see the Code* constants);
+	// nil is sent as null.
+	Code any `json:"code"`
+	// RetryAfter, when > 0, is sent as the Retry-After header in seconds.
+	RetryAfter int `json:"-"`
 }
 
+// Error returns the message the client sees.
 func (e *APIError) Error() string { return e.Message }
 
 // Errorf builds an APIError; param "" is sent as null.

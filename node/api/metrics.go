@@ -64,10 +64,16 @@ type ring struct {
 
 // LatencyRow is one route's line on the dashboard.
 type LatencyRow struct {
-	Route string  `json:"route"`
-	Count int64   `json:"count"`
-	P50   float64 `json:"p50_ms"`
-	P99   float64 `json:"p99_ms"`
+	// Route is chi's route pattern, or "unmatched".
+	Route string `json:"route"`
+	// Count is how many requests the route has served since start.
+	Count int64 `json:"count"`
+	// P50 is the median latency in milliseconds over the route's last 512
+	// requests.
+	P50 float64 `json:"p50_ms"`
+	// P99 is the 99th-percentile latency in milliseconds over the route's
+	// last 512 requests.
+	P99 float64 `json:"p99_ms"`
 }
 
 func (r *recentStats) begin() { r.mu.Lock(); r.active++; r.mu.Unlock() }

@@ -43,7 +43,9 @@ type PullJob interface {
 // PullEvent is one Server-Sent Event of a pull: Name is started, progress,
 // done or error, and Data its JSON data.
 type PullEvent struct {
+	// Name is the SSE event name: started, progress, done or error.
 	Name string
+	// Data is the event's payload, sent JSON-encoded as its data line.
 	Data any
 }
 

@@ -27,14 +27,28 @@ var ErrWrongTask = errors.New("model does not serve this endpoint")
 
 // Model is the API's view of an installed model.
 type Model struct {
-	ID         string
-	WireID     string
-	Runtime    string
-	Task       string
+	// ID is the canonical id <runtime>/<family>/<variant>.
+	ID string
+	// WireID is the alternative id clients may use instead: <name>:<tag>,
+	// or <provider>:<model> for provider models.
+	WireID string
+	// Runtime is the first segment of ID ("upstream" for provider models);
+	// it is sent as owned_by.
+	Runtime string
+	// Task is the kind of work the model serves (e.g. "embeddings",
+	// "chat", "background-removal").
+	Task string
+	// Modalities lists what the model does (embeddings, vision, chat, ...).
 	Modalities []string
-	Created    int64
-	SizeBytes  int64
-	Warm       bool
+	// Created is when the model was installed (for provider models, when
+	// the provider list was loaded), in Unix seconds.
+	Created int64
+	// SizeBytes is the total size of the model's files on this node; 0 for
+	// provider models and models only peers hold.
+	SizeBytes int64
+	// Warm reports whether the model is loaded on some node and serves
+	// without a cold start.
+	Warm bool
 	// Deprecation, when set, is sent as X-AI-Model-Deprecated (the
 	// replacement's id, or "true").
 	Deprecation string
@@ -72,20 +86,36 @@ type Backend interface {
 
 // Member is one node of the mesh, for /v1/server/members and the dashboard.
 type Member struct {
-	ID            string   `json:"id"`
-	HTTPAddr      string   `json:"http_addr"`
-	RPCAddr       string   `json:"rpc_addr"`
-	Version       string   `json:"version"`
-	State         string   `json:"state"`
-	Self          bool     `json:"self"`
-	Ejected       bool     `json:"ejected"`
-	InFlight      int      `json:"inflight"`
-	Cap           int      `json:"cap"`
-	Weight        int      `json:"weight"`
-	Canary        bool     `json:"canary"`
-	CanaryPercent int      `json:"canary_percent"`
-	Installed     []string `json:"installed"`
-	Warm          []string `json:"warm"`
+	// ID is the node id.
+	ID string `json:"id"`
+	// HTTPAddr is the node's advertised client HTTP address.
+	HTTPAddr string `json:"http_addr"`
+	// RPCAddr is the node's internal Connect and raft address.
+	RPCAddr string `json:"rpc_addr"`
+	// Version is the node's software version.
+	Version string `json:"version"`
+	// State is the node's reported health: alive, ready, saturated,
+	// draining or unknown.
+	State string `json:"state"`
+	// Self marks the node that answered.
+	Self bool `json:"self"`
+	// Ejected is set after the node refused a connection, until gossip
+	// reports it ready again.
+	Ejected bool `json:"ejected"`
+	// InFlight is the number of requests the node is serving.
+	InFlight int `json:"inflight"`
+	// Cap is the node's in-flight cap; 0 means no cap.
+	Cap int `json:"cap"`
+	// Weight is the node's weight for the weighted strategy.
+	Weight int `json:"weight"`
+	// Canary marks a canary node.
+	Canary bool `json:"canary"`
+	// CanaryPercent is the share of callers (0-100) a canary receives.
+	CanaryPercent int `json:"canary_percent"`
+	// Installed lists the canonical ids of the node's models, sorted.
+	Installed []string `json:"installed"`
+	// Warm lists the installed models that are loaded, sorted.
+	Warm []string `json:"warm"`
 }
 
 // Dispatcher decides which node serves a request for a model and writes
@@ -94,6 +124,8 @@ type Member struct {
 // its answer may be large (images); otherwise the response comes in one
 // small piece and may travel as one message.
 type Dispatcher interface {
+	// Serve answers r, whose already-read body is body, on the node it
+	// picks for model (a canonical id).
 	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool)
 }
 
@@ -109,10 +141,16 @@ type Admission interface {
 
 // Options configures the API.
 type Options struct {
-	Backend  Backend
-	Logger   *slog.Logger
+	// Backend is the node the API serves; required.
+	Backend Backend
+	// Logger receives request logs (debug level) and handler panics;
+	// required.
+	Logger *slog.Logger
+	// Registry receives the API's HTTP metrics and is served whole at
+	// GET /v1/server/metrics.
 	Registry *prometheus.Registry
-	Clock    func() time.Time
+	// Clock returns the time; nil means time.Now.
+	Clock func() time.Time
 	// Version is sent in X-Service-Version.
 	Version string
 	// NodeID names this node in X-Service-Backend for locally served work.

@@ -50,6 +50,8 @@ func (k Key) Active(now time.Time) bool {
 // it over the replicated consensus state; StaticKeys is an in-memory one.
 // KeyByHash is on every request's path and must be cheap.
 type KeyStore interface {
+	// KeyByHash returns the key whose plaintext hashes to hash (HashKey),
+	// revoked and expired keys included; false when there is none.
 	KeyByHash(hash [32]byte) (Key, bool)
 }
 

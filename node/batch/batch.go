@@ -38,16 +38,30 @@ var ErrFull = errors.New("too many batch jobs queued")
 
 // Job is one embedding job. Fields are read through Snapshot.
 type Job struct {
-	ID          string
-	Model       string
-	Status      Status
-	CreatedAt   time.Time
+	// ID is "embbatch_<prefix>_<20 hex digits>", the prefix being
+	// Config.Prefix.
+	ID string
+	// Model is the id of the embedding model the job runs on.
+	Model string
+	// Status is the job's state (queued, in_progress, completed, failed or
+	// cancelled).
+	Status Status
+	// CreatedAt is when the job was submitted.
+	CreatedAt time.Time
+	// CompletedAt is when the job completed, failed or was cancelled; zero
+	// while it is queued or running.
 	CompletedAt time.Time
-	Total       int
-	Done        int
-	Vectors     [][]float32
-	Tokens      int
-	Error       string
+	// Total is the number of inputs.
+	Total int
+	// Done is the number of inputs embedded so far.
+	Done int
+	// Vectors holds one embedding per input, in input order; set only once
+	// the job completed.
+	Vectors [][]float32
+	// Tokens is the number of prompt tokens the job used, set on completion.
+	Tokens int
+	// Error is the failure message of a failed job; "" otherwise.
+	Error string
 
 	dims   int
 	texts  []string

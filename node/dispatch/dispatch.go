@@ -46,6 +46,8 @@ type Load interface {
 
 // Forwarder sends a request to a peer (forward.Client implements it).
 type Forwarder interface {
+	// Forward sends req to the peer at RPC address addr and returns its
+	// response stream; cancel ctx to abandon the call.
 	Forward(ctx context.Context, addr string, req *forward.Request) (*forward.Stream, error)
 }
 

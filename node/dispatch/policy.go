@@ -55,6 +55,8 @@ func (p Policy) Validate() error {
 // request, so it must be cheap. StaticPolicy is the flag- or file-based
 // source; replicated state can implement it later without changes here.
 type PolicySource interface {
+	// Policy returns the policy in force now; its Nodes map is shared and
+	// must not be modified.
 	Policy() Policy
 }
 

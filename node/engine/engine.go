@@ -57,13 +57,18 @@ type EmbedRequest struct {
 
 // EmbedResult carries one vector per input, in input order.
 type EmbedResult struct {
-	Vectors      [][]float32
+	// Vectors holds one embedding per input, in input order.
+	Vectors [][]float32
+	// PromptTokens is the number of input tokens the batch took, reported
+	// as usage.
 	PromptTokens int
 }
 
 // Embedder is implemented by engines whose Task is TaskEmbeddings.
 type Embedder interface {
 	Engine
+	// Embed returns one vector per text or token array of req. Caller errors
+	// are InputErrors (param "input" or "dimensions").
 	Embed(ctx context.Context, req EmbedRequest) (EmbedResult, error)
 	// MaxDimensions is the native vector length.
 	MaxDimensions() int
@@ -84,10 +89,14 @@ var ErrInvalidInput = errors.New("invalid input")
 
 // InputError is a caller error with the offending parameter name.
 type InputError struct {
+	// Param names the offending request parameter, e.g. "input"; it is the
+	// API error's param.
 	Param string
-	Msg   string
+	// Msg is the message shown to the caller.
+	Msg string
 }
 
+// Error returns the message naming what is wrong with the input.
 func (e *InputError) Error() string { return e.Msg }
 
 // Is makes errors.Is(err, ErrInvalidInput) true for InputError.
@@ -128,11 +137,18 @@ const (
 // message had an image among them; only engines that take images
 // (ImageInput) get such messages.
 type ChatMessage struct {
-	Role       string
-	Content    string
-	Parts      []ContentPart
-	Name       string
-	ToolCalls  []ToolCall
+	// Role is RoleSystem, RoleDeveloper, RoleUser, RoleAssistant or RoleTool.
+	Role string
+	// Content is the message text, with text parts joined.
+	Content string
+	// Parts are the content parts in order, set only when one of them is
+	// an image; nil otherwise.
+	Parts []ContentPart
+	// Name is the optional participant name (OpenAI's name field).
+	Name string
+	// ToolCalls are the calls an assistant message made.
+	ToolCalls []ToolCall
+	// ToolCallID is, in a tool message, the ID of the call it answers.
 	ToolCallID string
 }
 
@@ -140,9 +156,14 @@ type ChatMessage struct {
 // (https or a data: URL) with OpenAI's optional detail ("auto", "low",
 // "high").
 type ContentPart struct {
-	Text     string
+	// Text is a text part's text ("" for an image part).
+	Text string
+	// ImageURL is an image part's http(s) or data:image/ URL ("" for a
+	// text part).
 	ImageURL string
-	Detail   string
+	// Detail is an image part's detail level: "auto", "low", "high" or ""
+	// (not given).
+	Detail string
 }
 
 // ImageInput is implemented by chat engines that may take image parts.
@@ -154,18 +175,28 @@ type ImageInput interface {
 // ToolCall is a function call made by the assistant. Arguments is the JSON
 // text of the arguments object.
 type ToolCall struct {
-	ID        string
-	Name      string
+	// ID identifies the call; the tool message answering it carries it as
+	// ToolCallID. Local engines make "call_" plus hex ids.
+	ID string
+	// Name is the function called.
+	Name string
+	// Arguments is the arguments object as JSON text.
 	Arguments string
 }
 
 // Tool is a function the model may call. Parameters is its JSON schema
 // (an object schema; empty means no parameters).
 type Tool struct {
-	Name        string
+	// Name is the function's name, which calls to it carry.
+	Name string
+	// Description tells the model what the function does ("" for none).
 	Description string
-	Parameters  []byte
-	Strict      bool
+	// Parameters is the JSON schema of the arguments object; empty means
+	// no parameters.
+	Parameters []byte
+	// Strict is OpenAI's function.strict flag; only upstream providers
+	// receive it.
+	Strict bool
 }
 
 // Tool choice modes.
@@ -179,6 +210,8 @@ const (
 // ToolChoice is the request's tool_choice. Mode "" means auto when tools are
 // given, none otherwise.
 type ToolChoice struct {
+	// Mode is ToolChoiceAuto, ToolChoiceNone, ToolChoiceRequired or
+	// ToolChoiceFunction ("": the default).
 	Mode string
 	Name string // the function, for Mode ToolChoiceFunction
 }
@@ -192,6 +225,7 @@ const (
 
 // ResponseFormat is the request's response_format. Type "" means text.
 type ResponseFormat struct {
+	// Type is FormatText, FormatJSONObject or FormatJSONSchema ("": text).
 	Type   string
 	Name   string // json_schema.name
 	Schema []byte // json_schema.schema
@@ -200,12 +234,17 @@ type ResponseFormat struct {
 
 // ChatRequest is one chat completion request.
 type ChatRequest struct {
-	Messages   []ChatMessage
-	Tools      []Tool
+	// Messages is the conversation, oldest first.
+	Messages []ChatMessage
+	// Tools are the functions the model may call.
+	Tools []Tool
+	// ToolChoice says whether the model must, may or must not call tools.
 	ToolChoice ToolChoice
 	// ParallelToolCalls allows several calls in one answer (nil: allowed).
 	ParallelToolCalls *bool
-	ResponseFormat    ResponseFormat
+	// ResponseFormat asks for plain text (the default) or JSON: any object,
+	// or one matching a schema.
+	ResponseFormat ResponseFormat
 	// MaxTokens caps the completion (0: the model's default maximum).
 	MaxTokens int
 	// Temperature (nil: 1); 0 is greedy decoding.
@@ -216,14 +255,20 @@ type ChatRequest struct {
 	// same output. nil: a random seed.
 	Seed *int64
 	// Stop sequences end the answer; they are not part of it.
-	Stop             []string
-	PresencePenalty  float64
+	Stop []string
+	// PresencePenalty is subtracted once from the logit of every token
+	// already generated; OpenAI's range is [-2, 2] and 0 turns it off.
+	PresencePenalty float64
+	// FrequencyPenalty is subtracted from a token's logit once per time it
+	// was generated; OpenAI's range is [-2, 2] and 0 turns it off.
 	FrequencyPenalty float64
 }
 
 // ChatUsage counts tokens.
 type ChatUsage struct {
-	PromptTokens     int
+	// PromptTokens is the number of tokens in the prompt.
+	PromptTokens int
+	// CompletionTokens is the number of tokens generated.
 	CompletionTokens int
 }
 
@@ -233,15 +278,20 @@ func (u ChatUsage) TotalTokens() int { return u.PromptTokens + u.CompletionToken
 // ChatResponse is a finished completion: the assistant message (content
 // and/or tool calls), why it ended and the token counts.
 type ChatResponse struct {
-	Message      ChatMessage
+	// Message is the answer: Role "assistant" with Content and/or ToolCalls.
+	Message ChatMessage
+	// FinishReason is why generation stopped: FinishStop, FinishLength or
+	// FinishToolCalls (an upstream provider's other reasons are passed on).
 	FinishReason string
-	Usage        ChatUsage
+	// Usage counts the prompt and completion tokens.
+	Usage ChatUsage
 }
 
 // ToolCallDelta is a tool call in a stream. Engines send each call whole,
 // once, in order (Index 0, 1, ...); the API layer maps it to a
 // chat.completion.chunk tool_calls entry.
 type ToolCallDelta struct {
+	// Index is the call's position among the answer's tool calls, from 0.
 	Index int
 	ToolCall
 }
@@ -251,9 +301,14 @@ type ToolCallDelta struct {
 // FinishReason. Concatenating the Content of all deltas gives
 // ChatResponse.Message.Content.
 type ChatDelta struct {
-	Role         string
-	Content      string
-	ToolCalls    []ToolCallDelta
+	// Role is "assistant" in the first delta and "" after it.
+	Role string
+	// Content is the next piece of the answer's text.
+	Content string
+	// ToolCalls are the tool calls completed in this step.
+	ToolCalls []ToolCallDelta
+	// FinishReason is set in the last delta only, with the values of
+	// ChatResponse.FinishReason.
 	FinishReason string
 }
 
@@ -280,30 +335,47 @@ const TaskImageGeneration Task = "image-generation"
 // (1-4) and Size (WIDTHxHEIGHT); the other string options are passed on as
 // given ("" = the model's default).
 type ImageRequest struct {
-	Prompt         string
-	N              int
-	Size           string
-	Seed           *int64
-	Quality        string
+	// Prompt describes the images to make.
+	Prompt string
+	// N is how many images to make (1-4).
+	N int
+	// Size is WIDTHxHEIGHT in pixels, e.g. "1024x1024".
+	Size string
+	// Seed is passed on as the provider's seed (nil: none is sent).
+	Seed *int64
+	// Quality is OpenAI's quality option, e.g. "hd".
+	Quality string
+	// Style is OpenAI's style option, e.g. "vivid" or "natural".
 	Style          string
 	ResponseFormat string // "b64_json" (the API returns nothing else)
-	Background     string
-	OutputFormat   string
-	User           string
+	// Background is OpenAI's background option, e.g. "transparent".
+	Background string
+	// OutputFormat is the image file format, e.g. "png", "jpeg" or "webp".
+	OutputFormat string
+	// User is OpenAI's end-user identifier, passed on to the provider.
+	User string
 }
 
 // GeneratedImage is one generated image: base64 data (B64JSON), or a URL
 // from an engine that was not asked for base64.
 type GeneratedImage struct {
-	B64JSON       string
-	URL           string
+	// B64JSON is the image file, base64-encoded.
+	B64JSON string
+	// URL is where the image can be fetched, when the provider sent a URL
+	// instead of data.
+	URL string
+	// RevisedPrompt is the prompt the model used if it rewrote the given
+	// one ("" otherwise).
 	RevisedPrompt string
 }
 
 // ImageResult is what an image generation returns.
 type ImageResult struct {
+	// Created is when the images were made, in Unix seconds; 0 lets the API
+	// layer use the current time.
 	Created int64
-	Images  []GeneratedImage
+	// Images are the generated images, at most N.
+	Images []GeneratedImage
 }
 
 // ImageGenerator is implemented by engines whose Task is

@@ -11,9 +11,11 @@ type ProviderError struct {
 	Provider string
 	// Status is the HTTP status to answer with.
 	Status int
-	// Type, Code and Param are the OpenAI error fields ("" is sent as null).
-	Type  string
-	Code  string
+	// Type is the OpenAI error type, e.g. "invalid_request_error".
+	Type string
+	// Code is the OpenAI error code ("" is sent as null).
+	Code string
+	// Param names the request parameter at fault ("" is sent as null).
 	Param string
 	// Message is the text shown to the caller. It never holds the
 	// provider's key.

@@ -48,7 +48,9 @@ type Options struct {
 	Version string
 	// Logger and Clock are the node's.
 	Logger *slog.Logger
-	Clock  func() time.Time
+	// Clock tells the time for the end date, timestamps and durations; nil
+	// means time.Now.
+	Clock func() time.Time
 }
 
 // Server is the legacy API handler.

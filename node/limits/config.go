@@ -102,6 +102,8 @@ func (c Config) withDefaults() Config {
 // Prices finds a model's price. The node implements it over the replicated
 // policy (ConsensusPrices); StaticPrices is a fixed table.
 type Prices interface {
+	// Price returns the model's price by model id; false means it has no
+	// price, so its requests count against no budget.
 	Price(model string) (consensus.Price, bool)
 }
 

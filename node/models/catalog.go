@@ -33,29 +33,60 @@ type Entry struct {
 // catalogue fields (the state fields are added by the node).
 type Listing struct {
 	// Key is the canonical id used in requests and pulls.
-	Key                 string   `json:"key"`
-	DisplayName         string   `json:"display_name"`
-	Description         string   `json:"description"`
-	Parameters          string   `json:"parameters"`
-	Quantization        string   `json:"quantization"`
-	DownloadSizeBytes   int64    `json:"download_size_bytes"`
-	OnDiskSizeBytes     int64    `json:"on_disk_size_bytes"`
-	Modalities          []string `json:"modalities"`
-	Tags                []string `json:"tags"`
-	ContextWindowTokens int      `json:"context_window_tokens"`
-	License             string   `json:"license"`
-	HomepageURL         string   `json:"homepage_url"`
-	SourceRepository    string   `json:"source_repository"`
+	Key string `json:"key"`
+	// DisplayName is the human-readable name, e.g. "all-MiniLM-L6-v2 (fp32)".
+	DisplayName string `json:"display_name"`
+	// Description is a short summary of the model; it is copied into the
+	// manifest.
+	Description string `json:"description"`
+	// Parameters is the size class as a string, e.g. "22M" or "0.49B".
+	Parameters string `json:"parameters"`
+	// Quantization names the weights' precision or compression, e.g. "fp32",
+	// "q8" or "q4".
+	Quantization string `json:"quantization"`
+	// DownloadSizeBytes is the approximate size of all files to download, in
+	// bytes.
+	DownloadSizeBytes int64 `json:"download_size_bytes"`
+	// OnDiskSizeBytes is the approximate space the installed model takes, in
+	// bytes.
+	OnDiskSizeBytes int64 `json:"on_disk_size_bytes"`
+	// Modalities lists what the model does (embeddings, chat,
+	// background-removal, ...); the manifest takes them unless the install
+	// recipe sets its own.
+	Modalities []string `json:"modalities"`
+	// Tags are free-form labels for search (family, language, pooling, ...).
+	Tags []string `json:"tags"`
+	// ContextWindowTokens is the longest input accepted, in tokens; 0 for
+	// models that take no text (e.g. background removal).
+	ContextWindowTokens int `json:"context_window_tokens"`
+	// License is the licence identifier, e.g. "apache-2.0"; it is copied into
+	// the manifest.
+	License string `json:"license"`
+	// HomepageURL is the page describing the original model.
+	HomepageURL string `json:"homepage_url"`
+	// SourceRepository is the repository the files are downloaded from (e.g.
+	// the ONNX export's); it becomes the manifest's Source.
+	SourceRepository string `json:"source_repository"`
 }
 
 // Recipe is the part of a Manifest a catalogue entry fixes in advance.
 type Recipe struct {
-	Name       string            `json:"name"`
-	Tag        string            `json:"tag"`
-	Task       string            `json:"task"`
-	Modalities []string          `json:"modalities,omitempty"`
-	Files      map[string]string `json:"files"`
-	Options    map[string]string `json:"options,omitempty"`
+	// Name is the <name> part of the installed model's wire id <name>:<tag>.
+	Name string `json:"name"`
+	// Tag is the <tag> part of the wire id, e.g. "fp32".
+	Tag string `json:"tag"`
+	// Task selects the engine pipeline (embeddings, chat,
+	// background-removal, ...).
+	Task string `json:"task"`
+	// Modalities, when set, replaces the listing's modalities in the
+	// manifest.
+	Modalities []string `json:"modalities,omitempty"`
+	// Files maps a role ("model", "tokenizer", ...) to a file name; every
+	// name must be one of the entry's Files.
+	Files map[string]string `json:"files"`
+	// Options are pipeline settings passed to the engine as given (e.g.
+	// "pooling", "max_tokens").
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // File is one download of an entry.
@@ -74,10 +105,16 @@ type File struct {
 
 // Card is a registered model card (provenance).
 type Card struct {
-	Publisher        string `json:"publisher"`
-	Source           string `json:"source"`
-	License          string `json:"license"`
-	IntendedUse      string `json:"intended_use"`
+	// Publisher names who published the weights (and the export, if another
+	// party made it).
+	Publisher string `json:"publisher"`
+	// Source is the URL of the model's original source.
+	Source string `json:"source"`
+	// License is the licence identifier the weights are under.
+	License string `json:"license"`
+	// IntendedUse says what the model is meant for.
+	IntendedUse string `json:"intended_use"`
+	// KnownLimitations describes where the model is known to fall short.
 	KnownLimitations string `json:"known_limitations"`
 }
 
@@ -164,17 +201,27 @@ type catalogFile struct {
 
 // SourceStatus reports how one source loaded.
 type SourceStatus struct {
-	Source  string `json:"source"`
-	Entries int    `json:"entries"`
-	Error   string `json:"error,omitempty"`
+	// Source is the file path or http(s) URL, or BuiltinSource.
+	Source string `json:"source"`
+	// Entries is the number of entries the source supplied; 0 when it failed.
+	Entries int `json:"entries"`
+	// Error says why the source failed to load (it is then skipped); empty
+	// when it loaded.
+	Error string `json:"error,omitempty"`
 }
 
 // Change is what a refresh changed.
 type Change struct {
-	Added   []string       `json:"added"`
-	Removed []string       `json:"removed"`
-	Changed []string       `json:"changed"`
-	Entries int            `json:"entries"`
+	// Added lists the keys the previous load did not have, sorted; never nil.
+	Added []string `json:"added"`
+	// Removed lists the keys no source lists any more, sorted; never nil.
+	Removed []string `json:"removed"`
+	// Changed lists the keys whose entry differs from before, sorted; never
+	// nil.
+	Changed []string `json:"changed"`
+	// Entries is the number of entries now, over all sources.
+	Entries int `json:"entries"`
+	// Sources reports how each source loaded, the built-in one first.
 	Sources []SourceStatus `json:"sources"`
 }
 

@@ -18,14 +18,19 @@ type Manifest struct {
 	ID string `json:"id"`
 	// Name and Tag form the wire id <name>:<tag>.
 	Name string `json:"name"`
-	Tag  string `json:"tag"`
+	// Tag is the variant part after the colon, e.g. "fp32".
+	Tag string `json:"tag"`
 	// Task selects the engine pipeline (e.g. "embeddings", "background-removal").
 	Task string `json:"task"`
 	// Modalities lists what the model does (embeddings, vision, chat, ...).
-	Modalities  []string `json:"modalities"`
-	Description string   `json:"description,omitempty"`
-	License     string   `json:"license,omitempty"`
-	Source      string   `json:"source,omitempty"`
+	Modalities []string `json:"modalities"`
+	// Description is a short human-readable summary (from the catalogue).
+	Description string `json:"description,omitempty"`
+	// License is the licence identifier, e.g. "apache-2.0".
+	License string `json:"license,omitempty"`
+	// Source is where the model's files come from (the catalogue's
+	// source_repository).
+	Source string `json:"source,omitempty"`
 	// Files maps a role ("model", "tokenizer", ...) to a file in the folder.
 	Files map[string]string `json:"files"`
 	// Options are pipeline settings passed to the engine as given.
@@ -33,7 +38,8 @@ type Manifest struct {
 	// Created is when the model was installed, Unix seconds.
 	Created int64 `json:"created,omitempty"`
 	// Sizes and SHA256 are recorded by the store per file name at install.
-	Sizes  map[string]int64  `json:"sizes,omitempty"`
+	Sizes map[string]int64 `json:"sizes,omitempty"`
+	// SHA256 holds each file's hex sha256 digest.
 	SHA256 map[string]string `json:"sha256,omitempty"`
 	// Card is the registered model card, when the model came with one
 	// (a catalogue pull, or a peer that had it).

@@ -25,7 +25,10 @@ type PeerSource interface {
 
 // PullConfig configures a Puller.
 type PullConfig struct {
-	Store   *Store
+	// Store is where pulled models are installed and already installed ones
+	// are found.
+	Store *Store
+	// Catalog resolves keys to entries: install recipe, file URLs, digests.
 	Catalog *Catalog
 	// Peers lists the peers that have a model installed and can send it
 	// now, best first. Nil means no peers.
@@ -46,8 +49,11 @@ type PullConfig struct {
 	// ProgressEvery is the least time between two progress events of a
 	// job (the last one of each file is always sent). Default 100ms.
 	ProgressEvery time.Duration
-	Logger        *slog.Logger
-	Clock         func() time.Time
+	// Logger receives the puller's logs; nil discards them.
+	Logger *slog.Logger
+	// Clock tells the time for durations and download rates; nil means
+	// time.Now.
+	Clock func() time.Time
 }
 
 // Pull error codes, carried in the error event.
@@ -62,8 +68,11 @@ const (
 // Event is one event of a pull's stream.
 type Event struct {
 	// Type is started, progress, done or error.
-	Type     string
+	Type string
+	// ModelKey is the id of the model being pulled (canonical when the
+	// catalogue or store knows it); set on every event.
 	ModelKey string
+	// Progress is set on progress events.
 	Progress Progress
 	// DurationMS is set on done.
 	DurationMS int64
@@ -73,11 +82,22 @@ type Event struct {
 
 // Progress is the data of a progress event.
 type Progress struct {
-	Phase      string `json:"phase"`
-	Completed  int64  `json:"completed"`
-	Total      int64  `json:"total"`
-	BPS        int64  `json:"bps"`
-	ETASeconds int64  `json:"eta_seconds"`
+	// Phase is a free-text label of the current step: "downloading <file>
+	// from <source>", "verifying <file>", "installing", "loading" or
+	// "already installed".
+	Phase string `json:"phase"`
+	// Completed is the number of bytes received so far, over all files; it
+	// never goes back.
+	Completed int64 `json:"completed"`
+	// Total is the size of all files in bytes, as far as known: it grows when
+	// a source reports a size the catalogue did not give.
+	Total int64 `json:"total"`
+	// BPS is the download rate in bytes per second, measured over windows of
+	// about a second; 0 until first measured.
+	BPS int64 `json:"bps"`
+	// ETASeconds is the estimated seconds left, rounded up; 0 when the rate
+	// is unknown or nothing is left.
+	ETASeconds int64 `json:"eta_seconds"`
 }
 
 // Puller runs pulls. Pulls of the same model share one job.

@@ -16,15 +16,18 @@ import (
 // network: tokenizer, template, token bytes for masking, end tokens and
 // limits. It is immutable and shared by all requests.
 type Model struct {
-	Tok      *tokenizer.Tokenizer
+	// Tok encodes the rendered prompt and decodes the generated tokens.
+	Tok *tokenizer.Tokenizer
+	// Template renders a conversation and its tools into the prompt text.
 	Template *Template
-	Vocab    *Vocab
+	// Vocab holds Tok's tokens as bytes, for masking constrained decoding.
+	Vocab *Vocab
 	// EOS are the ids that end generation.
 	EOS []int64
-	// ContextWindow bounds prompt plus completion; MaxOutput is the default
-	// and the cap of max_tokens.
+	// ContextWindow bounds prompt plus completion, in tokens.
 	ContextWindow int
-	MaxOutput     int
+	// MaxOutput is the default and the cap of max_tokens.
+	MaxOutput int
 }
 
 // NewModel checks the parts fit together and precomputes the token bytes.
@@ -50,11 +53,13 @@ type Plan struct {
 	Prompt []int64
 	// MaxTokens is the completion budget.
 	MaxTokens int
-	Sampling  SamplingParams
-	stops     []string
-	start     *State        // constrained decoding from here; nil: free text
-	scanner   []engine.Tool // tools whose calls are recognised in free text
-	toolMode  bool          // the constraint is tool calls
+	// Sampling holds the request's temperature, top-p, seed (random when
+	// the request gives none) and penalties.
+	Sampling SamplingParams
+	stops    []string
+	start    *State        // constrained decoding from here; nil: free text
+	scanner  []engine.Tool // tools whose calls are recognised in free text
+	toolMode bool          // the constraint is tool calls
 }
 
 // Prepare validates req, renders and tokenizes the prompt, and builds the
@@ -147,6 +152,8 @@ func (m *Model) Prepare(req engine.ChatRequest) (*Plan, error) {
 // then each sampled token, and returns the logits of the last position.
 // The slice is read before the next call.
 type Forwarder interface {
+	// Forward feeds ids (the prompt, then one sampled token per call) and
+	// returns the logits of the last position.
 	Forward(ctx context.Context, ids []int64) ([]float32, error)
 }
 

@@ -17,9 +17,10 @@ type SamplingParams struct {
 	// the same choices.
 	Seed uint64
 	// PresencePenalty is subtracted once from the logit of every token
-	// already generated; FrequencyPenalty once per time it was generated
-	// (OpenAI's definitions).
-	PresencePenalty  float64
+	// already generated (OpenAI's definition).
+	PresencePenalty float64
+	// FrequencyPenalty is subtracted from a token's logit once per time it
+	// was generated (OpenAI's definition).
 	FrequencyPenalty float64
 }
 

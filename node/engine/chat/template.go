@@ -26,8 +26,12 @@ type TokenizerConfig struct {
 	// ToolTemplate is the "tool_use" template of a file with named
 	// templates, used when a request has tools ("" if none).
 	ToolTemplate string
-	BOSToken     string
-	EOSToken     string
+	// BOSToken is the bos_token text, given to the template as bos_token
+	// and written by the Llama 3 fallback ("" if unset).
+	BOSToken string
+	// EOSToken is the eos_token text, given to the template as eos_token;
+	// its id also ends generation ("" if unset).
+	EOSToken string
 }
 
 // LoadTokenizerConfig reads tokenizer_config.json. chat_template may be a

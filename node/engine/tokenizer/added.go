@@ -8,12 +8,15 @@ import (
 // AddedToken is an entry of tokenizer.json's "added_tokens": a string that
 // is cut out of the text as one token before the model sees it.
 type AddedToken struct {
-	ID      int64  `json:"id"`
+	// ID is the token's id.
+	ID int64 `json:"id"`
+	// Content is the exact text the token stands for.
 	Content string `json:"content"`
 	// SingleWord matches only when not inside a word.
 	SingleWord bool `json:"single_word"`
-	// LStrip and RStrip let the match absorb whitespace on that side.
+	// LStrip lets the match absorb the whitespace on its left.
 	LStrip bool `json:"lstrip"`
+	// RStrip lets the match absorb the whitespace on its right.
 	RStrip bool `json:"rstrip"`
 	// Normalized tokens are matched in the normalised text; the others in
 	// the raw text.

@@ -44,15 +44,27 @@ const (
 
 // BPEConfig is the "model" section of a BPE tokenizer.json.
 type BPEConfig struct {
+	// Vocab maps each token to its id.
 	Vocab map[string]int64
 	// Merges are the merge rules in rank order, each a pair of tokens.
-	Merges                  [][2]string
-	UnkToken                string
-	FuseUnk                 bool
-	ByteFallback            bool
-	IgnoreMerges            bool
+	Merges [][2]string
+	// UnkToken is the token for characters outside the vocabulary; ""
+	// drops them.
+	UnkToken string
+	// FuseUnk joins runs of unknown characters into one UnkToken.
+	FuseUnk bool
+	// ByteFallback spells an unknown character as <0xXX> byte tokens
+	// when the vocabulary has them, before resorting to UnkToken.
+	ByteFallback bool
+	// IgnoreMerges takes a word that is in the vocabulary as one token,
+	// without merging.
+	IgnoreMerges bool
+	// ContinuingSubwordPrefix is put before every character but a word's
+	// first, e.g. "##" ("": none).
 	ContinuingSubwordPrefix string
-	EndOfWordSuffix         string
+	// EndOfWordSuffix is put after a word's last character, e.g. "</w>"
+	// ("": none).
+	EndOfWordSuffix string
 }
 
 // NewBPE builds a BPE model. Every merge's parts and result must be in the

@@ -116,6 +116,8 @@ func (b *ByteLevel) Words(s string) iter.Seq[string] {
 // Digits is Hugging Face's Digits pre-tokenizer: runs of digits are split
 // from the rest, and with IndividualDigits every digit is a word of its own.
 type Digits struct {
+	// IndividualDigits makes every digit a word of its own instead of
+	// keeping runs of digits together.
 	IndividualDigits bool
 }
 

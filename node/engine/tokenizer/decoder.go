@@ -8,6 +8,8 @@ import (
 // Decoder turns token strings back into text bytes (tokenizer.json's
 // "decoder"). The bytes may end inside a UTF-8 sequence.
 type Decoder interface {
+	// Decode appends the bytes of tokens to dst and returns the extended
+	// slice.
 	Decode(dst []byte, tokens []string) []byte
 	// PerToken reports whether decoding a sequence equals concatenating
 	// the decodings of its tokens one by one, which streaming and
@@ -42,7 +44,11 @@ func (ByteLevelDecoder) PerToken() bool { return true }
 // previous token; Cleanup removes the spaces English tokenization puts
 // before punctuation and inside contractions.
 type WordPieceDecoder struct {
-	Prefix  string
+	// Prefix marks continuation pieces, e.g. "##"; "" treats every token
+	// as a word.
+	Prefix string
+	// Cleanup removes the spaces before punctuation and inside English
+	// contractions (Hugging Face's clean_up_tokenization).
 	Cleanup bool
 }
 

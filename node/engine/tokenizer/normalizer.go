@@ -9,6 +9,8 @@ import (
 
 // Normalizer rewrites text before it is split into words.
 type Normalizer interface {
+	// Normalize returns s rewritten, e.g. lowercased or in a Unicode
+	// normalization form.
 	Normalize(s string) string
 }
 
@@ -82,6 +84,7 @@ func (StripAccents) Normalize(s string) string {
 
 // UnicodeForm is one of Hugging Face's NFC, NFD, NFKC and NFKD normalizers.
 type UnicodeForm struct {
+	// Form is the normalization form: norm.NFC, NFD, NFKC or NFKD.
 	Form norm.Form
 }
 

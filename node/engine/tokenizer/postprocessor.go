@@ -20,6 +20,8 @@ type TemplatePiece struct {
 // Template is Hugging Face's TemplateProcessing (and, for single sequences,
 // BertProcessing and RobertaProcessing, which are "[CLS] $A [SEP]").
 type Template struct {
+	// Pieces lay out the output in order: runs of special ids and the
+	// sequence itself.
 	Pieces []TemplatePiece
 }
 

@@ -10,6 +10,7 @@ import (
 // PreTokenizer splits normalised text into the words a Model encodes.
 // Words are yielded in order and are never empty.
 type PreTokenizer interface {
+	// Words yields the words of s.
 	Words(s string) iter.Seq[string]
 }
 

@@ -49,8 +49,11 @@ func parseSplitBehavior(s string) (SplitBehavior, error) {
 // literal string) cuts the text, and Behavior says where the matches go.
 // With Invert the pattern describes the words rather than the delimiters.
 type Split struct {
+	// Behavior says what becomes of the pattern's matches.
 	Behavior SplitBehavior
-	Invert   bool
+	// Invert makes the pattern match the words rather than the
+	// delimiters.
+	Invert bool
 
 	re      *regexp2.Regexp // nil for a literal pattern
 	literal string

@@ -27,6 +27,8 @@ import (
 
 // Config is the providers file.
 type Config struct {
+	// Providers are the OpenAI-compatible providers; their names must be
+	// distinct.
 	Providers []ProviderConfig `json:"providers"`
 }
 
@@ -67,9 +69,11 @@ type ModelConfig struct {
 	Dimensions int `json:"dimensions,omitempty"`
 	// TruncatableDimensions allows "dimensions" below Dimensions.
 	TruncatableDimensions bool `json:"truncatable_dimensions,omitempty"`
-	// ContextWindow and MaxOutputTokens describe a chat model (defaults
-	// 131072 and 65536, the API's caps).
-	ContextWindow   int `json:"context_window,omitempty"`
+	// ContextWindow is a chat model's context window, prompt plus
+	// completion, in tokens (0: 131072, the API's cap).
+	ContextWindow int `json:"context_window,omitempty"`
+	// MaxOutputTokens is the most tokens a chat model writes in one answer
+	// (0: 65536, the API's cap).
 	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
 }
 

@@ -17,9 +17,10 @@ type ModelInfo struct {
 	WireID string
 	// Task is chat or embeddings.
 	Task engine.Task
-	// Provider and Model are the provider's name and its name for the model.
+	// Provider is the configured provider's name.
 	Provider string
-	Model    string
+	// Model is the provider's name for the model.
+	Model string
 	// Created is when the registry was built, Unix seconds.
 	Created int64
 }
