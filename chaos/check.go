@@ -113,7 +113,7 @@ func CheckAvailability(res *Result) Verdict {
 			v.violate("t=%s #%d %s into %s (backend %q): %s", ms(r.Start), r.Seq, r.Kind, r.Entry, r.Backend, r.Why)
 		}
 	}
-	for _, c := range []Class{ClassOK, ClassShed, ClassLimited, ClassEntryDown, ClassEntryPaused} {
+	for _, c := range []Class{ClassOK, ClassShed, ClassLimited, ClassEntryDown, ClassEntryPaused, ClassBackendCut} {
 		if counts[c] > 0 {
 			v.note("%s: %d", c, counts[c])
 		}

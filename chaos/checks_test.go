@@ -67,6 +67,13 @@ func TestClassify(t *testing.T) {
 		{rec("n1", sec, sec+5, 429, func(r *Record) { r.RetryAfter = true }), ClassUnexpected}, // not the quota key
 		{rec("n1", sec, sec+5, 401, func(r *Record) { r.Kind = OpKeyProbe }), ClassOK},
 		{rec("n1", sec, sec+5, 200, func(r *Record) { r.Err = "body broke" }), ClassUnexpected},
+		// Forwarded to n2, head out, body cut: allowed only while n2 was
+		// killed or paused, and only after a 2xx head.
+		{rec("n1", 9*sec, 10*sec+5, 200, func(r *Record) { r.Backend, r.Err = "n2", "unexpected EOF" }), ClassBackendCut},
+		{rec("n1", 19*sec, 22*sec, 200, func(r *Record) { r.Backend, r.Err, r.Timeout = "n2", "deadline", true }), ClassBackendCut},
+		{rec("n1", 16*sec, 17*sec, 200, func(r *Record) { r.Backend, r.Err = "n2", "unexpected EOF" }), ClassUnexpected},  // n2 up
+		{rec("n1", 9*sec, 10*sec+5, 0, func(r *Record) { r.Backend, r.Err = "n2", "connection reset" }), ClassUnexpected}, // no head: should have failed over
+		{rec("n2", 9*sec, 10*sec+5, 502, func(r *Record) { r.Backend = "n2" }), ClassEntryDown},
 	}
 	for i, c := range cases {
 		res.Records = append(res.Records, c.r)
@@ -79,8 +86,8 @@ func TestClassify(t *testing.T) {
 		}
 	}
 	v := CheckAvailability(res)
-	if v.Status != Fail || v.Count != 6 {
-		t.Errorf("availability: %s with %d violations, want fail with 6: %v", v.Status, v.Count, v.Violations)
+	if v.Status != Fail || v.Count != 8 {
+		t.Errorf("availability: %s with %d violations, want fail with 8: %v", v.Status, v.Count, v.Violations)
 	}
 	res.Records = res.Records[:2]
 	Classify(res)

@@ -228,19 +228,31 @@ func (imp *Impairments) Horizon(node string, s, bound time.Duration) time.Durati
 
 // Classify sets each record's class: ok, shed (503 with Retry-After),
 // limited (429 with Retry-After on the quota key or a probe), entry down or
-// paused while the request ran, or unexpected.
+// paused while the request ran, a response cut after its head because the
+// serving node (another than the entry) went down or was paused, or
+// unexpected.
 func Classify(res *Result) {
 	segs := nodeSegments(res)
 	for _, r := range res.Records {
-		r.Class, r.Why = classify(r, segs[r.Entry])
+		r.Class, r.Why = classify(r, segs)
 	}
 }
 
-func classify(r *Record, segs []segment) (Class, string) {
+func classify(r *Record, segs map[string][]segment) (Class, string) {
 	if r.Err == "" && (r.OK() || (r.Kind == OpKeyProbe && r.Status == 401)) {
 		return ClassOK, ""
 	}
-	states := stateDuring(segs, r.Start, r.End)
+	states := stateDuring(segs[r.Entry], r.Start, r.End)
+	// A forwarded response whose head (2xx) reached the client and whose
+	// body then broke, while its serving node was killed or paused: bytes
+	// were already out, so no other node could take over (failover is only
+	// before the first byte). A break with the backend healthy, or a
+	// failure before the head, stays unexpected.
+	cut := r.OK() && r.Err != "" && r.Backend != "" && r.Backend != r.Entry
+	var backend []NodeState
+	if cut {
+		backend = stateDuring(segs[r.Backend], r.Start, r.End)
+	}
 	switch {
 	case r.Status == 503 && r.RetryAfter:
 		return ClassShed, "503 " + r.Code + " with Retry-After"
@@ -252,6 +264,10 @@ func classify(r *Record, segs []segment) (Class, string) {
 		return ClassEntryPaused, "entry " + r.Entry + " was paused during the request"
 	case r.Status == 0 && slices.Contains(states, StateDraining):
 		return ClassEntryDown, "entry " + r.Entry + " was draining and closed the connection"
+	case cut && (slices.Contains(backend, StateDown) || slices.Contains(backend, StateStarting)):
+		return ClassBackendCut, "backend " + r.Backend + " went down after the response began"
+	case cut && slices.Contains(backend, StateStopped):
+		return ClassBackendCut, "backend " + r.Backend + " was paused after the response began"
 	}
 	why := fmt.Sprintf("status %d", r.Status)
 	if r.Code != "" {

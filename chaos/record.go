@@ -45,6 +45,7 @@ const (
 	ClassLimited     Class = "limited_429"  // 429 with Retry-After on the quota key
 	ClassEntryDown   Class = "entry_down"   // the entry node was killed or exited meanwhile
 	ClassEntryPaused Class = "entry_paused" // the entry node was SIGSTOPped meanwhile
+	ClassBackendCut  Class = "backend_cut"  // 2xx head out, then the body broke as its serving node (not the entry) was killed or paused
 	ClassUnexpected  Class = "unexpected"   // anything else: must be zero
 )
 

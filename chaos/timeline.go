@@ -23,7 +23,7 @@ type TimelinePoint struct {
 	Sec int `json:"sec"`
 	// OK counts requests classed ok.
 	OK         int     `json:"ok"`
-	Allowed    int     `json:"allowed"`    // shed, limited, entry down or paused
+	Allowed    int     `json:"allowed"`    // shed, limited, entry down or paused, backend cut mid-response
 	Unexpected int     `json:"unexpected"` // must be zero
 	P99ms      float64 `json:"p99_ms"`     // ok inference requests
 }
@@ -342,7 +342,7 @@ func drawLegend(c canvas, y int) {
 		col   color.Color
 		label string
 	}{
-		{c.pal.ok, "ok"}, {c.pal.allowed, "allowed errors (shed 503, 429, entry down/paused)"}, {c.pal.unexpected, "unexpected errors"},
+		{c.pal.ok, "ok"}, {c.pal.allowed, "allowed errors (shed 503, 429, entry down/paused, backend cut)"}, {c.pal.unexpected, "unexpected errors"},
 		{c.pal.p99, "p99 latency (right axis)"}, {c.pal.down, "node down"}, {c.pal.partition, "partition"}, {c.pal.pause, "paused"},
 		{c.pal.mark, "fault"}, {c.pal.recover, "recovery"},
 	} {
