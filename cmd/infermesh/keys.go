@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/infermesh/infermesh/node/api"
 )
 
 // keysCmd manages API keys through any node's admin API. The admin key is
@@ -24,15 +26,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	f := newEnvFlags("keys " + sub)
 	f.fs.SetOutput(stderr)
 	base := nodeFlag(f)
-	var req struct {
-		Name          string   `json:"name"`
-		App           string   `json:"app,omitempty"`
-		Admin         bool     `json:"admin,omitempty"`
-		Allow         []string `json:"allow,omitempty"`
-		RPM           int64    `json:"rpm,omitempty"`
-		DailyQuota    int64    `json:"daily_quota,omitempty"`
-		MonthlyBudget float64  `json:"monthly_budget,omitempty"`
-	}
+	var req api.KeyRequest // the body of POST /v1/server/keys
 	if sub == "create" {
 		f.fs.StringVar(&req.Name, "name", "", "key name (required)")
 		f.fs.StringVar(&req.App, "app", "", "application the key belongs to")

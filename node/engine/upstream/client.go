@@ -211,6 +211,17 @@ func (c *client) badResponse(format string, args ...any) error {
 		Message: fmt.Sprintf("The upstream provider %s sent an answer this node cannot read: %v", c.p.name, err), Err: err}
 }
 
+// postJSON posts body to path and decodes the provider's unstreamed 2xx
+// answer into v; errors are those of post and readJSON.
+func (c *client) postJSON(ctx context.Context, path string, body, v any) error {
+	cl, err := c.post(ctx, path, body, false)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return c.readJSON(ctx, cl, v)
+}
+
 // readJSON decodes an unstreamed 2xx answer into v.
 func (c *client) readJSON(caller context.Context, cl *call, v any) error {
 	raw, err := io.ReadAll(io.LimitReader(cl.resp.Body, maxResponseBody))

@@ -50,13 +50,8 @@ func (e *embedEngine) Embed(ctx context.Context, req engine.EmbedRequest) (engin
 	if req.Dimensions > 0 {
 		body["dimensions"] = req.Dimensions
 	}
-	cl, err := e.c.post(ctx, "/embeddings", body, false)
-	if err != nil {
-		return engine.EmbedResult{}, err
-	}
-	defer cl.Close()
 	var out wireEmbeddings
-	if err := e.c.readJSON(ctx, cl, &out); err != nil {
+	if err := e.c.postJSON(ctx, "/embeddings", body, &out); err != nil {
 		return engine.EmbedResult{}, err
 	}
 	if len(out.Data) != n {

@@ -41,20 +41,16 @@ func (e *imageEngine) GenerateImages(ctx context.Context, req engine.ImageReques
 			body[k] = v
 		}
 	}
-	cl, err := e.c.post(ctx, "/images/generations", body, false)
+	var out wireImages
+	err := e.c.postJSON(ctx, "/images/generations", body, &out)
 	var pe *engine.ProviderError
 	if errors.As(err, &pe) && pe.Status == http.StatusBadRequest && pe.Param == "response_format" && body["response_format"] != nil {
 		// Some image models return base64 only and refuse the parameter
 		// (OpenAI's gpt-image-1 does); ask again without it.
 		delete(body, "response_format")
-		cl, err = e.c.post(ctx, "/images/generations", body, false)
+		err = e.c.postJSON(ctx, "/images/generations", body, &out)
 	}
 	if err != nil {
-		return engine.ImageResult{}, err
-	}
-	defer cl.Close()
-	var out wireImages
-	if err := e.c.readJSON(ctx, cl, &out); err != nil {
 		return engine.ImageResult{}, err
 	}
 	if len(out.Data) == 0 {
