@@ -49,6 +49,7 @@ type Node struct {
 	started  time.Time
 	draining atomic.Bool
 	stopOnce sync.Once
+	lock     *dataLock
 }
 
 // New validates cfg and builds a node; nothing listens until Start.
@@ -65,6 +66,17 @@ func New(cfg Config) (*Node, error) {
 	cfg.fillAddrs()
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.lock = lock
+	built := false
+	defer func() {
+		if !built {
+			lock.release()
+		}
+	}()
 	store, err := models.Open(filepath.Join(cfg.DataDir, "models"), n.log, n.clock)
 	if err != nil {
 		return nil, err
@@ -89,23 +101,26 @@ func New(cfg Config) (*Node, error) {
 		Store: store, Catalog: n.catalog, Peers: n.pullPeers, Installed: n.pulledInstalled,
 		StallTimeout: cfg.PullStallTimeout, Logger: n.log, Clock: n.clock,
 	})
+	trusted, _ := api.ParseCIDRs(cfg.TrustedProxies) // checked by Validate
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.Embedder, n.log, n.clock)
 	n.api = api.New(api.Options{
-		Backend:     n,
-		Dispatcher:  n,
-		Governance:  n,
-		Admission:   n,
-		Batches:     n.batches,
-		Hub:         n,
-		Logger:      n.log,
-		Registry:    n.reg,
-		Clock:       n.clock,
-		Version:     cfg.Version,
-		NodeID:      cfg.NodeID,
-		CORSOrigins: cfg.CORSOrigins,
-		TrustProxy:  cfg.TrustProxy,
-		Dashboard:   cfg.Dashboard,
+		Backend:        n,
+		Dispatcher:     n,
+		Governance:     n,
+		Admission:      n,
+		Batches:        n.batches,
+		Hub:            n,
+		Logger:         n.log,
+		Registry:       n.reg,
+		Clock:          n.clock,
+		Version:        cfg.Version,
+		NodeID:         cfg.NodeID,
+		CORSOrigins:    cfg.CORSOrigins,
+		TrustProxy:     cfg.TrustProxy,
+		Dashboard:      cfg.Dashboard,
+		TrustedProxies: trusted,
 	})
+	built = true
 	return n, nil
 }
 
@@ -185,6 +200,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.batches.Close()
 		n.engines.close()
 		n.engines.upstream.Close()
+		n.lock.release()
 		n.log.Info("stopped")
 	})
 	return err
