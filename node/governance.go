@@ -55,8 +55,8 @@ func (n *Node) CreateKey(ctx context.Context, req api.KeyRequest) (api.KeyInfo, 
 	plain, hash := auth.NewKey()
 	spec := consensus.KeySpec{Hash: consensus.KeyHash(hash), Name: req.Name, App: req.App, Admin: req.Admin, Endpoints: req.Allow,
 		Limits: consensus.Limits{RPM: req.RPM, DailyQuota: req.DailyQuota, MonthlyBudgetMicros: int64(req.MonthlyBudget * microsPerUnit)}}
-	if req.ExpiresAt > 0 {
-		spec.ExpiresAt = time.Unix(req.ExpiresAt, 0)
+	if req.ExpiresAt != nil {
+		spec.ExpiresAt = time.Unix(*req.ExpiresAt, 0)
 	}
 	cmd, err := consensus.CreateKey(spec)
 	if err != nil {

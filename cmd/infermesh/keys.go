@@ -38,6 +38,14 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		f.fs.Int64Var(&req.RPM, "rpm", 0, "requests per minute (0: unlimited)")
 		f.fs.Int64Var(&req.DailyQuota, "daily-quota", 0, "counted requests per UTC day (0: unlimited)")
 		f.fs.Float64Var(&req.MonthlyBudget, "monthly-budget", 0, "estimated cost per month (0: unlimited)")
+		f.fs.Func("expires", "when the key stops working: a duration from now (720h) or an RFC 3339 time (default: never)", func(s string) error {
+			at, err := parseExpiry(s, time.Now())
+			if err != nil {
+				return err
+			}
+			req.ExpiresAt = &at
+			return nil
+		})
 	}
 	rest := args[1:]
 	var pos []string
@@ -161,4 +169,20 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 	b, _ := json.MarshalIndent(out, "", "  ")
 	fmt.Fprintln(stdout, string(b))
 	return 0
+}
+
+// parseExpiry reads --expires: a positive duration from now or an RFC 3339
+// time, as Unix seconds.
+func parseExpiry(s string, now time.Time) (int64, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return 0, fmt.Errorf("--expires %q: want a positive duration", s)
+		}
+		return now.Add(d).Unix(), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return 0, fmt.Errorf("--expires %q: want a duration (720h) or an RFC 3339 time (2027-01-31T00:00:00Z)", s)
+	}
+	return t.Unix(), nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 )
@@ -66,9 +68,40 @@ type KeyRequest struct {
 	// MonthlyBudget limits the estimated cost per month, in the currency
 	// units of the policy's model prices; 0 means unlimited.
 	MonthlyBudget float64 `json:"monthly_budget,omitempty"`
-	// ExpiresAt is when the key stops working, in Unix seconds; 0 never
-	// expires.
-	ExpiresAt int64 `json:"expires_at,omitempty"`
+	// ExpiresAt is when the key stops working, in Unix seconds; absent
+	// (nil) never expires. A value must lie in the future.
+	ExpiresAt *int64 `json:"expires_at,omitempty"`
+}
+
+// Upper bounds of key limits: far above any real use, low enough that a
+// budget in micro-units and a quota count fit an int64 with room to add.
+const (
+	maxKeyRPM           = 1_000_000_000
+	maxKeyDailyQuota    = 1_000_000_000_000
+	maxKeyMonthlyBudget = 1e12
+	maxKeyExpiry        = 253402300799 // 9999-12-31T23:59:59Z
+)
+
+// checkKeyRequest validates a key creation body field by field, naming the
+// first bad field.
+func checkKeyRequest(req *KeyRequest, now time.Time) *APIError {
+	switch {
+	case req.Name == "":
+		return BadRequest(CodeMissingParam, "name", "A key needs a name.")
+	case len(req.Name) > 128 || len(req.App) > 128:
+		return BadRequest(CodeInvalidValue, "name", "name and app are at most 128 characters.")
+	case req.RPM < 0 || req.RPM > maxKeyRPM:
+		return BadRequest(CodeInvalidValue, "rpm", fmt.Sprintf("rpm must be between 0 (unlimited) and %d.", maxKeyRPM))
+	case req.DailyQuota < 0 || req.DailyQuota > maxKeyDailyQuota:
+		return BadRequest(CodeInvalidValue, "daily_quota", fmt.Sprintf("daily_quota must be between 0 (unlimited) and %d.", int64(maxKeyDailyQuota)))
+	case math.IsNaN(req.MonthlyBudget) || req.MonthlyBudget < 0 || req.MonthlyBudget > maxKeyMonthlyBudget:
+		return BadRequest(CodeInvalidValue, "monthly_budget", "monthly_budget must be between 0 (unlimited) and 1e12.")
+	case len(req.Allow) > 32:
+		return BadRequest(CodeInvalidValue, "allow", "At most 32 allowlist entries.")
+	case req.ExpiresAt != nil && (*req.ExpiresAt <= now.Unix() || *req.ExpiresAt > maxKeyExpiry):
+		return BadRequest(CodeInvalidValue, "expires_at", "expires_at must be a Unix time in seconds in the future (omit it for a key that never expires).")
+	}
+	return nil
 }
 
 // KeyInfo describes a stored key; the plaintext is never part of it.
@@ -187,18 +220,8 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	switch {
-	case req.Name == "":
-		WriteError(w, BadRequest(CodeMissingParam, "name", "A key needs a name."))
-		return
-	case len(req.Name) > 128 || len(req.App) > 128:
-		WriteError(w, BadRequest(CodeInvalidValue, "name", "name and app are at most 128 characters."))
-		return
-	case req.RPM < 0 || req.DailyQuota < 0 || req.MonthlyBudget < 0:
-		WriteError(w, BadRequest(CodeInvalidValue, "rpm", "Limits cannot be negative."))
-		return
-	case len(req.Allow) > 32:
-		WriteError(w, BadRequest(CodeInvalidValue, "allow", "At most 32 allowlist entries."))
+	if e := checkKeyRequest(&req, s.opt.Clock()); e != nil {
+		WriteError(w, e)
 		return
 	}
 	info, key, err := s.opt.Governance.CreateKey(r.Context(), req)
