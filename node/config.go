@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/infermesh/infermesh/node/api"
 )
 
 // Config is everything a node needs. cmd/infermesh fills it from flags and
@@ -28,6 +30,10 @@ type Config struct {
 	CORSOrigins []string
 	// TrustProxy honours X-Forwarded-For for client addresses.
 	TrustProxy bool
+	// TrustedProxies are the proxy networks (CIDRs or addresses) whose
+	// X-Forwarded-For entries are believed when TrustProxy is set; the
+	// client is the right-most entry outside them. Default loopback.
+	TrustedProxies []string
 	// Dashboard mounts /dashboard.
 	Dashboard bool
 	// ORTLibrary is the path of libonnxruntime.so.
@@ -121,6 +127,8 @@ func Defaults() Config {
 		InflightCap:  64,
 		Weight:       1,
 
+		TrustedProxies: append([]string(nil), api.DefaultTrustedProxies...),
+
 		PullStallTimeout: 30 * time.Second,
 	}
 }
@@ -148,6 +156,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
+	}
+	if _, err := api.ParseCIDRs(c.TrustedProxies); err != nil {
+		errs = append(errs, err)
 	}
 	for _, o := range c.CORSOrigins {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {

@@ -75,6 +75,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.String(&cfg.NodeID, "node-id", "SERVICE_NODE_ID", cfg.NodeID, "node id in the mesh and in X-Service-Backend (default: host name)")
 	f.List(&cfg.CORSOrigins, "cors-origins", "SERVICE_CORS_ORIGINS", "origins allowed for browser use; * allows any")
 	f.Bool(&cfg.TrustProxy, "trust-proxy", "SERVICE_TRUST_PROXY", cfg.TrustProxy, "honour X-Forwarded-For (only on a node behind a TLS-terminating proxy)")
+	f.List(&cfg.TrustedProxies, "trusted-proxies", "SERVICE_TRUSTED_PROXIES", "with --trust-proxy: proxy networks (CIDRs) whose X-Forwarded-For entries are believed; the client is the right-most entry outside them (default 127.0.0.0/8,::1/128)")
 	f.Bool(&cfg.Dashboard, "dashboard", "SERVICE_DASHBOARD", cfg.Dashboard, "serve /dashboard")
 	f.String(&cfg.ORTLibrary, "ort-library", "SERVICE_ORT_LIBRARY", cfg.ORTLibrary, "path of libonnxruntime.so")
 	f.Int(&cfg.IntraOpThreads, "intra-op-threads", "SERVICE_INTRA_OP_THREADS", cfg.IntraOpThreads, "threads per ONNX Runtime session run (0: runtime default)")

@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -139,22 +138,14 @@ func (s *Server) common(next http.Handler) http.Handler {
 	})
 }
 
-// clientAddr is the peer IP, or the first X-Forwarded-For hop when the
-// operator set SERVICE_TRUST_PROXY on this node.
+// clientAddr is the peer IP or, on a node that trusts a proxy
+// (SERVICE_TRUST_PROXY), the client address its trusted proxies recorded
+// (see forwardedClient).
 func (s *Server) clientAddr(r *http.Request) string {
-	if s.opt.TrustProxy {
-		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
-			first := strings.TrimSpace(strings.Split(xff, ",")[0])
-			if ip := net.ParseIP(first); ip != nil {
-				return ip.String()
-			}
-		}
+	if !s.opt.TrustProxy {
+		return forwardedClient(r, nil)
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return forwardedClient(r, s.opt.TrustedProxies)
 }
 
 // cors answers preflights for allowed origins without a key and adds the

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -157,8 +158,12 @@ type Options struct {
 	NodeID string
 	// CORSOrigins are origins allowed for browser use; "*" allows any.
 	CORSOrigins []string
-	// TrustProxy honours X-Forwarded-For for the client address.
+	// TrustProxy honours X-Forwarded-For for the client address, as
+	// written by TrustedProxies.
 	TrustProxy bool
+	// TrustedProxies are the networks whose X-Forwarded-For entries are
+	// believed (see forwardedClient).
+	TrustedProxies []*net.IPNet
 	// Dispatcher routes model requests across the mesh; nil serves every
 	// request on this node.
 	Dispatcher Dispatcher
