@@ -19,6 +19,9 @@ type LegacyConfig struct {
 	Listen string
 	// AllowRemote serves callers on other computers too.
 	AllowRemote bool
+	// AllowPull lets legacy callers (who carry no key) make the node
+	// download models with /api/pull; off by default.
+	AllowPull bool
 	// EndDate is its last day (UTC); zero means legacy.DefaultEndDate().
 	EndDate time.Time
 }
@@ -43,9 +46,14 @@ type legacyServer struct {
 
 // legacyCaller is who a legacy API call is admitted as: no key (the legacy
 // API needs none; it is loopback-only unless the operator opened it), not
-// an admin, and only the endpoint classes the legacy calls map onto.
-func legacyCaller() auth.Caller {
-	return auth.Caller{Name: "legacy API", App: "legacy", Endpoints: []string{"chat", "embeddings", "models", "pull"}}
+// an admin, and only the endpoint classes the legacy calls map onto; pulls
+// only when the operator enabled them (--legacy-allow-pull).
+func legacyCaller(allowPull bool) auth.Caller {
+	eps := []string{"chat", "embeddings", "models"}
+	if allowPull {
+		eps = append(eps, "pull")
+	}
+	return auth.Caller{Name: "legacy API", App: "legacy", Endpoints: eps}
 }
 
 // startLegacy opens the legacy listener when configured.

@@ -22,6 +22,7 @@ func providerLegacyFlags(f *envFlags, cfg *node.Config) {
 	f.fs.Var(ll, "legacy-listen", "serve the legacy (Ollama-shaped) API on this address; alone: "+legacy.DefaultListen+" (SERVICE_LEGACY_LISTEN)")
 	f.rows = append(f.rows, [3]string{"legacy-listen", "SERVICE_LEGACY_LISTEN", "legacy API address"})
 
+	f.Bool(&cfg.Legacy.AllowPull, "legacy-allow-pull", "SERVICE_LEGACY_ALLOW_PULL", cfg.Legacy.AllowPull, "let keyless legacy API callers make the node download models with /api/pull")
 	f.Bool(&cfg.Legacy.AllowRemote, "legacy-allow-remote", "SERVICE_LEGACY_ALLOW_REMOTE", cfg.Legacy.AllowRemote, "let the legacy API serve callers on other computers")
 
 	ed := &endDate{p: &cfg.Legacy.EndDate}

@@ -37,7 +37,7 @@ func expectStatus(t *testing.T, err error, status int, contains string) {
 func TestLegacyOllamaClient(t *testing.T) {
 	const legacyAddr = "127.0.21.1:11434"
 	p := startNodeArgs(t, "legacy", []string{"tiny-llama", "tiny-bert"}, "--listen", "127.0.21.1:0", "--gossip-listen", "127.0.21.1:0",
-		"--rpc-listen", "127.0.21.1:0", "--legacy-listen", legacyAddr, "--legacy-end-date", "2999-12-31")
+		"--rpc-listen", "127.0.21.1:0", "--legacy-listen", legacyAddr, "--legacy-end-date", "2999-12-31", "--legacy-allow-pull")
 	cl := legacyClient(legacyAddr)
 	v1 := p.client()
 	ctx := context.Background()
@@ -215,6 +215,14 @@ func TestLegacyToolsAndEndDate(t *testing.T) {
 	startNodeArgs(t, "legacy-ended", nil, "--listen", "127.0.21.3:0", "--gossip-listen", "127.0.21.3:0", "--rpc-listen", "127.0.21.3:0",
 		"--legacy-listen="+ended, "--legacy-end-date", "2020-01-01")
 	ctx := context.Background()
+
+	// Without --legacy-allow-pull a keyless legacy caller cannot make the
+	// node download anything.
+	perr := legacyClient(open).Pull(ctx, &ollama.PullRequest{Model: "tiny-llama:test"}, func(ollama.ProgressResponse) error { return nil })
+	var serr ollama.StatusError
+	if !errors.As(perr, &serr) || serr.StatusCode != http.StatusForbidden {
+		t.Fatalf("legacy pull without --legacy-allow-pull: %v, want 403", perr)
+	}
 
 	var tools ollama.Tools
 	json.Unmarshal([]byte(`[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},

@@ -164,6 +164,10 @@ func (a *Authenticator) authorize(c Caller, class Class) *Denial {
 		a.m.forbidden.Inc()
 		return denyPermission("The " + class.String() + " endpoints need an admin API key.")
 	}
+	if class == ClassPull && !c.MayPull() {
+		a.m.forbidden.Inc()
+		return denyPermission("Pulling models needs an admin API key or a key whose allowlist names pull.")
+	}
 	return nil
 }
 

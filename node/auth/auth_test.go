@@ -94,7 +94,7 @@ var remoteTable = []string{
 	/* vision        */ "401 401 401 401 ok ok ok 403 403",
 	/* models list   */ "401 401 401 401 ok ok 403 ok 403",
 	/* catalog       */ "401 401 401 401 ok ok 403 ok 403",
-	/* pull          */ "401 401 401 401 ok ok 403 ok 403",
+	/* pull          */ "401 401 401 401 403 ok 403 ok 403",
 	/* usage         */ "401 401 401 401 403 ok 403 403 403",
 	/* keys          */ "401 401 401 401 403 ok 403 403 403",
 	/* policy        */ "401 401 401 401 403 ok 403 403 403",
@@ -119,7 +119,7 @@ var loopbackTable = []string{
 	/* vision        */ "ok ok 401 401 ok ok ok 403 403",
 	/* models list   */ "ok ok 401 401 ok ok 403 ok 403",
 	/* catalog       */ "ok ok 401 401 ok ok 403 ok 403",
-	/* pull          */ "ok ok 401 401 ok ok 403 ok 403",
+	/* pull          */ "ok ok 401 401 403 ok 403 ok 403",
 	/* usage         */ "ok ok 401 401 403 ok 403 403 403",
 	/* keys          */ "ok ok 401 401 403 ok 403 403 403",
 	/* policy        */ "ok ok 401 401 403 ok 403 403 403",
@@ -254,7 +254,7 @@ func TestForwardedCallers(t *testing.T) {
 		{"GET", "/v1/server/usage", "plain", "403"},
 		{"GET", "/v1/server/usage", "admin", "ok"},
 		{"POST", "/v1/models/pull", "vision", "403"},
-		{"POST", "/v1/models/pull", "plain", "ok"},
+		{"POST", "/v1/models/pull", "plain", "403"}, // an empty allowlist does not include pulls
 		{"GET", "/v1/server/usage", "local", "ok"},
 		{"GET", "/readyz", "vision", "ok"},
 	}

@@ -31,6 +31,14 @@ func (c Caller) Allows(class Class) bool {
 	return slices.Contains(c.Endpoints, class.String())
 }
 
+// MayPull reports whether the caller may make a node download models: an
+// admin, or a key whose allowlist names "pull" explicitly. An empty
+// allowlist (every endpoint) does not include pulls, which cost disk and
+// bandwidth on every node.
+func (c Caller) MayPull() bool {
+	return c.Admin || slices.Contains(c.Endpoints, ClassPull.String())
+}
+
 // Forward returns the identity a peer needs to serve this caller's
 // forwarded request.
 func (c Caller) Forward() ForwardedIdentity {
