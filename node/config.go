@@ -48,10 +48,12 @@ type Config struct {
 	// DrainTimeout bounds how long in-flight requests may take after SIGTERM.
 	DrainTimeout time.Duration
 	// GossipListen is the memberlist address (UDP+TCP); default port 7946
-	// on the client listener's host.
+	// on the client listener's host (on the advertised host, else
+	// loopback, when the client listener is on all interfaces).
 	GossipListen string
 	// RPCListen is the internal address for Connect (forwarding, raft
-	// applies) and raft itself; default port 7947 on the listener's host.
+	// applies) and raft itself; default port 7947, on the same host as
+	// GossipListen's default.
 	RPCListen string
 	// Advertise is the host peers should dial when it differs from the
 	// listeners' host (e.g. behind NAT or when listening on 0.0.0.0).
@@ -95,6 +97,20 @@ type Config struct {
 	// PullStallTimeout abandons a pull attempt (peer or outside source)
 	// that received nothing this long; the pull moves to the next source.
 	PullStallTimeout time.Duration
+	// BodyBudget is the most request-body bytes all client connections
+	// may hold at once (default 512 MiB); beyond it requests get 503 with
+	// Retry-After before their body is read.
+	BodyBudget int64
+	// BodyMinRate is the slowest a request body may arrive after
+	// BodyGrace, in bytes per second (default 32 KiB/s); slower senders
+	// get 408 and lose the connection.
+	BodyMinRate int64
+	// BodyGrace is how long any body may take before BodyMinRate applies
+	// (default 10s).
+	BodyGrace time.Duration
+	// MaxConnsPerClient caps the open client connections from one address
+	// (default 1024; 0 turns the cap off, e.g. behind a proxy).
+	MaxConnsPerClient int
 	// Legacy configures the legacy (Ollama-shaped) API; off by default.
 	Legacy LegacyConfig
 	// Logger is this node's logger; nil means a text logger on stderr.
@@ -128,6 +144,11 @@ func Defaults() Config {
 		Weight:       1,
 
 		TrustedProxies: append([]string(nil), api.DefaultTrustedProxies...),
+
+		BodyBudget:        api.DefaultBodyBudget,
+		BodyMinRate:       api.DefaultBodyMinRate,
+		BodyGrace:         api.DefaultBodyGrace,
+		MaxConnsPerClient: 1024,
 
 		PullStallTimeout: 30 * time.Second,
 	}
@@ -215,6 +236,18 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("catalog source %q: want a file path or an http(s) URL", src))
 		}
 	}
+	if c.BodyBudget < 1<<20 {
+		errs = append(errs, fmt.Errorf("body budget %d: want at least 1 MiB", c.BodyBudget))
+	}
+	if c.BodyMinRate < 1 {
+		errs = append(errs, fmt.Errorf("body min rate %d: must be positive", c.BodyMinRate))
+	}
+	if c.BodyGrace <= 0 || c.BodyGrace > time.Hour {
+		errs = append(errs, fmt.Errorf("body grace %s: want (0, 1h]", c.BodyGrace))
+	}
+	if c.MaxConnsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("max conns per client %d: must not be negative", c.MaxConnsPerClient))
+	}
 	if c.TransferRate < 0 {
 		errs = append(errs, fmt.Errorf("transfer rate %d: must not be negative", c.TransferRate))
 	}
@@ -238,21 +271,32 @@ func (c *Config) IsLoopbackListen() bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// withPort returns host:port with the host of the client listener.
-func (c *Config) withPort(port string) string {
+// internalHost is the host the gossip and RPC listeners bind to when not
+// set: the client listener's host, except that a client listener on all
+// interfaces never silently opens the internal ports there too: they bind
+// to the advertised host when one is given, else to loopback (a single
+// node; a node that joins must then say where with --advertise or
+// --gossip-listen/--rpc-listen).
+func (c *Config) internalHost() string {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		host = "127.0.0.1"
+		return "127.0.0.1"
 	}
-	return net.JoinHostPort(host, port)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if c.Advertise != "" {
+			return c.Advertise
+		}
+		return "127.0.0.1"
+	}
+	return host
 }
 
 // fillAddrs derives unset internal addresses from the client listener.
 func (c *Config) fillAddrs() {
 	if c.GossipListen == "" {
-		c.GossipListen = c.withPort("7946")
+		c.GossipListen = net.JoinHostPort(c.internalHost(), "7946")
 	}
 	if c.RPCListen == "" {
-		c.RPCListen = c.withPort("7947")
+		c.RPCListen = net.JoinHostPort(c.internalHost(), "7947")
 	}
 }

@@ -119,6 +119,7 @@ func New(cfg Config) (*Node, error) {
 		TrustProxy:     cfg.TrustProxy,
 		Dashboard:      cfg.Dashboard,
 		TrustedProxies: trusted,
+		Bodies:         api.BodyLimits{Budget: cfg.BodyBudget, MinRate: cfg.BodyMinRate, Grace: cfg.BodyGrace},
 	})
 	built = true
 	return n, nil
@@ -134,6 +135,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.engines.close()
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
+	ln = limitPerClient(ln, n.cfg.MaxConnsPerClient, nil)
 	n.ln = ln
 	n.engines.onChange = n.publishModels
 	if err := n.startCluster(ln.Addr().String()); err != nil {

@@ -62,6 +62,19 @@ func (e *envFlags) Int(p *int, flagName, envName string, def int, usage string) 
 	e.rows = append(e.rows, [3]string{flagName, envName, usage})
 }
 
+func (e *envFlags) Int64(p *int64, flagName, envName string, def int64, usage string) {
+	if v, ok := e.env(envName); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Sprintf("%s=%q: not an integer", envName, v))
+		} else {
+			def = n
+		}
+	}
+	e.fs.Int64Var(p, flagName, def, usage+" ("+envName+")")
+	e.rows = append(e.rows, [3]string{flagName, envName, usage})
+}
+
 func (e *envFlags) Duration(p *time.Duration, flagName, envName string, def time.Duration, usage string) {
 	if v, ok := e.env(envName); ok {
 		d, err := time.ParseDuration(v)

@@ -20,9 +20,26 @@ const (
 // readBody reads at most limit bytes of the request body; a larger body is a
 // 413 and an unreadable one a 400.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if r.ContentLength > limit {
+		return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "",
+			fmt.Sprintf("Request body is larger than %d bytes.", limit))
+	}
+	var b []byte
+	var err error
+	if r.ContentLength > 0 {
+		// A declared length is allocated once, not grown by doubling.
+		b = make([]byte, r.ContentLength)
+		var n int
+		n, err = io.ReadFull(r.Body, b)
+		b = b[:n]
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = nil
+		}
+	} else {
+		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
 	if err != nil {
-		return nil, BadRequest(CodeInvalidJSON, "", "Could not read the request body.")
+		return nil, bodyReadError(err)
 	}
 	if int64(len(b)) > limit {
 		return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "",

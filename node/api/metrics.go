@@ -16,6 +16,9 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	inflight prometheus.Gauge
 	recent   *recentStats
+	// bodyRefused counts requests refused because the body budget was
+	// spent.
+	bodyRefused prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -34,9 +37,13 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "HTTP requests being served now.",
 		}),
 	}
+	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "infermesh_http_body_budget_refusals_total",
+		Help: "Requests answered 503 because the node-wide request body budget was spent.",
+	})
 	m.recent = &recentStats{routes: map[string]*ring{}}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.inflight)
+		reg.MustRegister(m.requests, m.latency, m.inflight, m.bodyRefused)
 	}
 	return m
 }

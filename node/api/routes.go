@@ -19,7 +19,7 @@ var UnsupportedPaths = []string{
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.common, s.cors, s.authenticate)
+	r.Use(s.common, s.gateBodies, s.cors, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))

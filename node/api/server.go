@@ -179,6 +179,8 @@ type Options struct {
 	Batches BatchJobs
 	// Dashboard mounts /dashboard when true.
 	Dashboard bool
+	// Bodies bounds request bodies (zero fields take the defaults).
+	Bodies BodyLimits
 }
 
 // Server holds the router and its dependencies.
@@ -188,6 +190,8 @@ type Server struct {
 	metrics *metrics
 	router  chi.Router
 	local   chi.Router
+	bodies  *bodyBudget
+	bodyLim BodyLimits
 }
 
 // New builds the API router.
@@ -196,6 +200,8 @@ func New(opt Options) *Server {
 		opt.Clock = time.Now
 	}
 	s := &Server{opt: opt, log: opt.Logger, metrics: newMetrics(opt.Registry)}
+	s.bodyLim = opt.Bodies.withDefaults()
+	s.bodies = &bodyBudget{max: s.bodyLim.Budget}
 	s.router = s.routes()
 	s.local = s.localRoutes()
 	return s
