@@ -52,7 +52,11 @@ func (n *Node) startAdmission() error {
 // Authenticate resolves the caller of a request.
 func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 	if legacy.FromLegacy(r.Context()) {
-		return auth.WithCaller(r.Context(), legacyCaller(n.cfg.Legacy.AllowPull)), nil
+		c := legacyCaller(n.cfg.Legacy.AllowPull)
+		if d := n.authn.Authorize(c, auth.Classify(r.Method, r.URL.Path)); d != nil {
+			return nil, denialError(d)
+		}
+		return auth.WithCaller(r.Context(), c), nil
 	}
 	// A replica that has not caught up (just restarted, or cut off from the
 	// leader) may not know a key created elsewhere yet: answer a key it does

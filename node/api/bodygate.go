@@ -97,6 +97,10 @@ type gatedBody struct {
 	charged int64
 	// reserved was taken up front from the declared length.
 	reserved int64
+	// declared is the Content-Length (0: unknown).
+	declared int64
+	// complete is set once the whole body has been read.
+	complete bool
 }
 
 const gateChunk = 64 << 10
@@ -106,6 +110,9 @@ func (g *gatedBody) Read(p []byte) (int, error) {
 	// Setting a deadline fails only on writers that cannot (tests'
 	// recorders); the rate then goes unenforced, the budget still holds.
 	_ = g.rc.SetReadDeadline(due)
+	if g.complete {
+		return g.body.Read(p)
+	}
 	n, err := g.body.Read(p)
 	g.read += int64(n)
 	if g.read > g.charged {
@@ -123,16 +130,23 @@ func (g *gatedBody) Read(p []byte) (int, error) {
 	if err != nil && !errors.Is(err, io.EOF) && !g.clock().Before(due) {
 		return n, fmt.Errorf("%w: %v", errBodySlow, err)
 	}
+	if errors.Is(err, io.EOF) || g.declared > 0 && g.read >= g.declared {
+		// The whole body is in: lift the deadline, or the server's
+		// background read would hit it and cancel a long response.
+		g.complete = true
+		_ = g.rc.SetReadDeadline(time.Time{})
+	}
 	return n, err
 }
 
 func (g *gatedBody) Close() error { return g.body.Close() }
 
-// release returns what the body holds in the budget and lifts the read
-// deadline for the rest of the connection's life.
+// release returns what the body holds in the budget. A body not read to
+// its end keeps its deadline, so the server's discard of the rest after
+// the handler fails fast for a sender that stalled; the server sets new
+// deadlines before the connection's next request.
 func (g *gatedBody) release() {
 	g.budget.give(max(g.charged, g.reserved))
-	_ = g.rc.SetReadDeadline(time.Time{})
 }
 
 // gateBodies is middleware that puts every request body under the node's
@@ -158,7 +172,7 @@ func (s *Server) gateBodies(next http.Handler) http.Handler {
 				WriteError(w, e)
 				return
 			}
-			g.reserved, g.charged = want, 0
+			g.reserved, g.declared = want, r.ContentLength
 		}
 		defer g.release()
 		r.Body = g

@@ -96,7 +96,7 @@ func (a *Authenticator) Authenticate(r *http.Request, clientAddr string, forward
 	}
 	if forwarded != nil {
 		c := forwarded.Caller()
-		if d := a.authorize(c, class); d != nil {
+		if d := a.Authorize(c, class); d != nil {
 			return c, d
 		}
 		a.m.forwarded.Inc()
@@ -138,7 +138,7 @@ func (a *Authenticator) Authenticate(r *http.Request, clientAddr string, forward
 		return Caller{}, a.failed(clientAddr, a.clock(), msgInactive)
 	}
 	c := callerFromKey(key)
-	if d := a.authorize(c, class); d != nil {
+	if d := a.Authorize(c, class); d != nil {
 		return c, d
 	}
 	a.m.key.Inc()
@@ -155,7 +155,9 @@ func (a *Authenticator) failed(addr string, now time.Time, msg string) *Denial {
 	return denyKey(msg)
 }
 
-func (a *Authenticator) authorize(c Caller, class Class) *Denial {
+// Authorize checks that an already identified caller may use an endpoint
+// class: its allowlist, admin-only classes and the pull permission.
+func (a *Authenticator) Authorize(c Caller, class Class) *Denial {
 	if !c.Allows(class) {
 		a.m.forbidden.Inc()
 		return denyPermission("This API key is not allowed to use the " + class.String() + " endpoints.")
