@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/imagecodec"
 )
 
 // Config is everything a node needs. cmd/infermesh fills it from flags and
@@ -108,6 +109,9 @@ type Config struct {
 	// BodyGrace is how long any body may take before BodyMinRate applies
 	// (default 10s).
 	BodyGrace time.Duration
+	// ImageBudget bounds the memory decoded request images may hold at
+	// once (default 1 GiB); larger concurrent images wait their turn.
+	ImageBudget int64
 	// MaxConnsPerClient caps the open client connections from one address
 	// (default 1024; 0 turns the cap off, e.g. behind a proxy).
 	MaxConnsPerClient int
@@ -149,6 +153,7 @@ func Defaults() Config {
 		BodyMinRate:       api.DefaultBodyMinRate,
 		BodyGrace:         api.DefaultBodyGrace,
 		MaxConnsPerClient: 1024,
+		ImageBudget:       imagecodec.DefaultBudget,
 
 		PullStallTimeout: 30 * time.Second,
 	}
@@ -244,6 +249,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BodyGrace <= 0 || c.BodyGrace > time.Hour {
 		errs = append(errs, fmt.Errorf("body grace %s: want (0, 1h]", c.BodyGrace))
+	}
+	if c.ImageBudget < 64<<20 {
+		errs = append(errs, fmt.Errorf("image budget %d: want at least 64 MiB", c.ImageBudget))
 	}
 	if c.MaxConnsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("max conns per client %d: must not be negative", c.MaxConnsPerClient))

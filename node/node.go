@@ -120,6 +120,7 @@ func New(cfg Config) (*Node, error) {
 		Dashboard:      cfg.Dashboard,
 		TrustedProxies: trusted,
 		Bodies:         api.BodyLimits{Budget: cfg.BodyBudget, MinRate: cfg.BodyMinRate, Grace: cfg.BodyGrace},
+		ImageBudget:    cfg.ImageBudget,
 	})
 	built = true
 	return n, nil

@@ -79,6 +79,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int64(&cfg.BodyBudget, "body-budget", "SERVICE_BODY_BUDGET", cfg.BodyBudget, "bytes of request bodies all connections may hold at once; beyond it 503 + Retry-After")
 	f.Int64(&cfg.BodyMinRate, "body-min-rate", "SERVICE_BODY_MIN_RATE", cfg.BodyMinRate, "slowest a request body may arrive after --body-grace, bytes per second (slower: 408)")
 	f.Duration(&cfg.BodyGrace, "body-grace", "SERVICE_BODY_GRACE", cfg.BodyGrace, "how long any request body may take before --body-min-rate applies")
+	f.Int64(&cfg.ImageBudget, "image-memory", "SERVICE_IMAGE_MEMORY", cfg.ImageBudget, "bytes decoded request images may hold at once; larger concurrent images wait their turn")
 	f.Int(&cfg.MaxConnsPerClient, "max-conns-per-client", "SERVICE_MAX_CONNS_PER_CLIENT", cfg.MaxConnsPerClient, "open client connections one address may hold (0: no cap; raise it behind a proxy)")
 	f.Bool(&cfg.Dashboard, "dashboard", "SERVICE_DASHBOARD", cfg.Dashboard, "serve /dashboard")
 	f.String(&cfg.ORTLibrary, "ort-library", "SERVICE_ORT_LIBRARY", cfg.ORTLibrary, "path of libonnxruntime.so")

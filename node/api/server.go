@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/imagecodec"
 )
 
 // ErrModelNotFound is returned by a Backend for an id no node can serve.
@@ -181,6 +182,9 @@ type Options struct {
 	Dashboard bool
 	// Bodies bounds request bodies (zero fields take the defaults).
 	Bodies BodyLimits
+	// ImageBudget bounds the memory decoded request images hold at once,
+	// in bytes (imagecodec.DefaultBudget when 0).
+	ImageBudget int64
 }
 
 // Server holds the router and its dependencies.
@@ -192,6 +196,7 @@ type Server struct {
 	local   chi.Router
 	bodies  *bodyBudget
 	bodyLim BodyLimits
+	images  *imagecodec.Budget
 }
 
 // New builds the API router.
@@ -202,6 +207,7 @@ func New(opt Options) *Server {
 	s := &Server{opt: opt, log: opt.Logger, metrics: newMetrics(opt.Registry)}
 	s.bodyLim = opt.Bodies.withDefaults()
 	s.bodies = &bodyBudget{max: s.bodyLim.Budget}
+	s.images = imagecodec.NewBudget(opt.ImageBudget)
 	s.router = s.routes()
 	s.local = s.localRoutes()
 	return s

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"image"
 	"net/http"
 
 	"github.com/infermesh/infermesh/node/imagecodec"
@@ -31,6 +32,12 @@ func parseBackground(body []byte) (*backgroundRequest, error) {
 	return &req, nil
 }
 
+// decodeImage decodes a request's image under the node's decoded-image
+// memory budget; release returns the reservation.
+func (s *Server) decodeImage(r *http.Request, field string) (image.Image, func(), error) {
+	return imagecodec.DecodeBudgeted(r.Context(), field, imagecodec.Options{MaxBytes: MaxImageBytes}, s.images)
+}
+
 func noVisionProvider() *APIError {
 	return Errorf(http.StatusNotImplemented, TypeNotImplemented, CodeNoProviderConfigured, "model",
 		"No vision engine for this endpoint is installed on this mesh.")
@@ -54,11 +61,12 @@ func (s *Server) visionBackground(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	img, err := imagecodec.Decode(req.Image, MaxImageBytes)
+	img, release, err := s.decodeImage(r, req.Image)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	defer release()
 	out, err := eng.RemoveBackground(r.Context(), img)
 	if err != nil {
 		writeErr(w, err)

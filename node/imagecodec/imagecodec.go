@@ -199,6 +199,12 @@ func sniff(data []byte) (format, error) {
 // decodeImage checks the header's dimensions against maxPixels before
 // decoding the pixels.
 func decodeImage(data []byte, maxPixels int) (image.Image, error) {
+	return decodeImageWith(data, maxPixels, nil)
+}
+
+// decodeImageWith is decodeImage that calls reserve with the header's
+// dimensions, once they passed the pixel limit and before decoding.
+func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error) (image.Image, error) {
 	f, err := sniff(data)
 	if err != nil {
 		return nil, err
@@ -212,6 +218,11 @@ func decodeImage(data []byte, maxPixels int) (image.Image, error) {
 	}
 	if int64(cfg.Width)*int64(cfg.Height) > int64(maxPixels) {
 		return nil, inputErr("image is %dx%d, more than the %d-pixel limit", cfg.Width, cfg.Height, maxPixels)
+	}
+	if reserve != nil {
+		if err := reserve(cfg.Width, cfg.Height); err != nil {
+			return nil, err
+		}
 	}
 	img, err := f.decode(bytes.NewReader(data))
 	if err != nil {
