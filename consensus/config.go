@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -75,8 +76,22 @@ type MemberSource interface {
 	Members() []Member
 }
 
-// Config configures one consensus node. NodeID, AdvertiseAddr, DataDir and
-// RaftListener are required.
+// PeerAuth authenticates the ConsensusService calls nodes make to each
+// other (followers forwarding Apply to the leader). Consensus does not
+// implement it: the node fills it (from mesh/peerauth, which signs each
+// call under a key derived from the cluster secret).
+type PeerAuth struct {
+	// Client is installed on this node's ConsensusService clients; it
+	// signs outgoing calls. Nil sends calls unsigned, which peers refuse.
+	Client connect.Interceptor
+	// Handler is installed on this node's ConsensusService handler; it
+	// must refuse unauthenticated calls with CodeUnauthenticated. Nil
+	// refuses every call.
+	Handler connect.Interceptor
+}
+
+// Config configures one consensus node. NodeID, AdvertiseAddr, DataDir,
+// RaftListener and ClusterSecret are required.
 type Config struct {
 	// NodeID is the node id: raft ServerID, memberlist name, X-Service-Backend.
 	NodeID string
@@ -88,7 +103,8 @@ type Config struct {
 	// RaftListener yields inbound raft connections, normally
 	// rpcmux.Mux.Raft(). Raft closes it on shutdown.
 	RaftListener net.Listener
-	// DialRaft opens an outbound raft connection; nil uses rpcmux.DialRaft.
+	// DialRaft opens an outbound raft connection; nil uses rpcmux.DialRaft
+	// with ClusterSecret (the raft handshake).
 	DialRaft func(addr string, timeout time.Duration) (net.Conn, error)
 	// HTTPClient carries forwarded Apply calls; nil uses rpcmux.NewClient.
 	HTTPClient *http.Client
@@ -109,9 +125,13 @@ type Config struct {
 	// reconcile to what MemberJoined/Failed/Left reported.
 	Members MemberSource
 
-	// ClusterSecret authenticates node-to-node calls. When empty every
-	// forwarded call is refused, so a multi-node cluster needs it set.
+	// ClusterSecret keys the raft handshake of outbound raft connections
+	// (rpcmux.DialRaft; the RaftListener's mux checks inbound ones with
+	// the same secret). Required.
 	ClusterSecret string
+	// PeerAuth signs and checks forwarded Apply calls. Without a Handler
+	// every call to this node is refused.
+	PeerAuth PeerAuth
 
 	// ApplyTimeout bounds one raft Apply on the leader (default 10s).
 	ApplyTimeout time.Duration
@@ -164,6 +184,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.RaftListener == nil {
 		return cfg, errors.New("consensus: RaftListener is required")
+	}
+	if cfg.ClusterSecret == "" {
+		return cfg, errors.New("consensus: ClusterSecret is required (it authenticates raft connections)")
 	}
 	if cfg.Voters == 0 {
 		cfg.Voters = DefaultVoters

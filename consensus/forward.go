@@ -2,8 +2,6 @@ package consensus
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -18,9 +16,6 @@ import (
 	"github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1/consensusv1connect"
 )
 
-// SecretHeader carries the cluster secret on node-to-node calls.
-const SecretHeader = "X-Infermesh-Cluster-Secret"
-
 // maxMessageBytes bounds ConsensusService messages.
 const maxMessageBytes = 8 << 20
 
@@ -28,7 +23,7 @@ const maxMessageBytes = 8 << 20
 type forwarder struct {
 	httpClient *http.Client
 	ownsClient bool
-	secret     string
+	opts       []connect.ClientOption
 	timeout    time.Duration
 
 	mu      sync.Mutex
@@ -38,12 +33,15 @@ type forwarder struct {
 func newForwarder(cfg Config) *forwarder {
 	f := &forwarder{
 		httpClient: cfg.HTTPClient,
-		secret:     cfg.ClusterSecret,
+		opts:       []connect.ClientOption{connect.WithReadMaxBytes(maxMessageBytes), connect.WithSendMaxBytes(maxMessageBytes)},
 		timeout:    cfg.ApplyTimeout + 2*time.Second,
 		clients:    map[string]consensusv1connect.ConsensusServiceClient{},
 	}
 	if f.httpClient == nil {
 		f.httpClient, f.ownsClient = rpcmux.NewClient(2*time.Second), true
+	}
+	if cfg.PeerAuth.Client != nil {
+		f.opts = append(f.opts, connect.WithInterceptors(cfg.PeerAuth.Client))
 	}
 	return f
 }
@@ -53,8 +51,7 @@ func (f *forwarder) client(addr string) consensusv1connect.ConsensusServiceClien
 	defer f.mu.Unlock()
 	c := f.clients[addr]
 	if c == nil {
-		c = consensusv1connect.NewConsensusServiceClient(f.httpClient, "http://"+addr,
-			connect.WithReadMaxBytes(maxMessageBytes), connect.WithSendMaxBytes(maxMessageBytes))
+		c = consensusv1connect.NewConsensusServiceClient(f.httpClient, "http://"+addr, f.opts...)
 		f.clients[addr] = c
 	}
 	return c
@@ -85,7 +82,6 @@ func (n *Node) forward(ctx context.Context, leaderID string, cmd *Command) (*pb.
 	ctx, stopWatch := n.whileLeader(ctx, leaderID)
 	defer stopWatch()
 	req := connect.NewRequest(&pb.ApplyRequest{Command: cmd, OriginNodeId: n.cfg.NodeID})
-	req.Header().Set(SecretHeader, n.fwd.secret)
 	resp, err := n.fwd.client(addr).Apply(ctx, req)
 	if err == nil {
 		return resp.Msg.GetResult(), nil
@@ -104,7 +100,7 @@ func (n *Node) forward(ctx context.Context, leaderID string, cmd *Command) (*pb.
 	case errors.As(err, &op) && op.Op == "dial":
 		return nil, fmt.Errorf("%w: %s: %w", errNotApplied, leaderID, err)
 	case code == connect.CodeUnauthenticated:
-		return nil, fmt.Errorf("%w: leader %s refused the cluster secret: %w", ErrNoLeader, leaderID, err)
+		return nil, fmt.Errorf("%w: leader %s refused this node's authentication (another cluster secret?): %w", ErrNoLeader, leaderID, err)
 	case code == connect.CodeInvalidArgument:
 		return nil, fmt.Errorf("%w: leader %s: %w", ErrInvalidCommand, leaderID, err)
 	case code == connect.CodeAborted:
@@ -155,26 +151,24 @@ func (n *Node) whileLeader(parent context.Context, leaderID string) (ctx context
 }
 
 // Handler returns the ConsensusService path and handler, to be mounted on
-// the HTTP side of the internal RPC port (rpcmux.NewServer). Calls without
-// the cluster secret in SecretHeader are refused with UNAUTHENTICATED.
+// the HTTP side of the internal RPC port (rpcmux.NewServer). Calls go
+// through Config.PeerAuth.Handler, which refuses unauthenticated ones with
+// UNAUTHENTICATED; without one, every call is refused.
 func (n *Node) Handler() (string, http.Handler) {
+	auth := n.cfg.PeerAuth.Handler
+	if auth == nil {
+		auth = connect.UnaryInterceptorFunc(refuseAll)
+	}
 	return consensusv1connect.NewConsensusServiceHandler(&service{n: n},
-		connect.WithInterceptors(secretInterceptor(n.cfg.ClusterSecret)),
+		connect.WithInterceptors(auth),
 		connect.WithReadMaxBytes(maxMessageBytes), connect.WithSendMaxBytes(maxMessageBytes))
 }
 
-// secretInterceptor checks SecretHeader in constant time. An empty
-// configured secret refuses every call.
-func secretInterceptor(secret string) connect.UnaryInterceptorFunc {
-	want := sha256.Sum256([]byte(secret))
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			got := sha256.Sum256([]byte(req.Header().Get(SecretHeader)))
-			if secret == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-				return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("cluster secret required"))
-			}
-			return next(ctx, req)
-		}
+// refuseAll is the handler interceptor of a node configured without peer
+// authentication: nobody may call it.
+func refuseAll(connect.UnaryFunc) connect.UnaryFunc {
+	return func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("consensus: no peer authentication configured; refusing every call"))
 	}
 }
 

@@ -84,7 +84,9 @@ func New(c Config) (*Node, error) {
 	}
 	dial := cfg.DialRaft
 	if dial == nil {
-		dial = rpcmux.DialRaft
+		dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			return rpcmux.DialRaft(addr, cfg.ClusterSecret, timeout)
+		}
 	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
 	if err != nil {

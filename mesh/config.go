@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -42,7 +44,18 @@ type Config struct {
 	JoinBackoffMin, JoinBackoffMax time.Duration
 	// EncryptionKey enables gossip encryption (AES, 16, 24 or 32 bytes).
 	// Nodes with a different key, or none, cannot join. See ParseKey.
+	// When it is empty and ClusterSecret is set, the key is derived from
+	// the secret (GossipKey).
 	EncryptionKey []byte
+	// ClusterSecret, when EncryptionKey is empty, yields the gossip key
+	// (GossipKey), so gossip is encrypted and authenticated whenever the
+	// node has a cluster secret: a node with another secret cannot become
+	// a member. It is never sent.
+	ClusterSecret string
+	// Tap, when set, receives a copy of every byte the gossip transport
+	// receives (UDP packets and TCP streams, inbound and outbound) before
+	// memberlist reads it. It must not keep the slice. For tests.
+	Tap func(b []byte)
 	// Timers tunes failure detection and gossip; the zero value means
 	// LANTimers.
 	Timers Timers
@@ -162,6 +175,22 @@ func ParseKey(s string) ([]byte, error) {
 	return key, nil
 }
 
+// gossipKeyInfo is the HKDF info of the gossip key derived from a cluster
+// secret.
+const gossipKeyInfo = "infermesh-gossip-v1"
+
+// GossipKey derives the 32-byte gossip encryption key (AES-256) from a
+// cluster secret with HKDF-SHA256 (no salt, info "infermesh-gossip-v1").
+// Nodes with the same secret derive the same key; the secret cannot be
+// recovered from it.
+func GossipKey(secret string) []byte {
+	k, err := hkdf.Key(sha256.New, []byte(secret), nil, gossipKeyInfo, 32)
+	if err != nil {
+		panic(err) // only for lengths HKDF-SHA256 cannot produce
+	}
+	return k
+}
+
 // withDefaults fills unset fields and validates the result.
 func (c Config) withDefaults() (Config, error) {
 	if c.NodeID == "" {
@@ -190,6 +219,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LatencyAlpha <= 0 || c.LatencyAlpha > 1 {
 		c.LatencyAlpha = 0.2
+	}
+	if len(c.EncryptionKey) == 0 && c.ClusterSecret != "" {
+		c.EncryptionKey = GossipKey(c.ClusterSecret)
 	}
 	if c.EncryptionKey != nil {
 		if err := memberlist.ValidateKey(c.EncryptionKey); err != nil {
@@ -238,6 +270,20 @@ func (c Config) memberlistConfig() (*memberlist.Config, error) {
 		mc.Keyring = kr
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
+	}
+	// Last, so no error can follow the bind.
+	if c.Tap != nil {
+		tr, err := newTapTransport(mc.BindAddr, mc.BindPort, c.Tap)
+		if err != nil {
+			return nil, err
+		}
+		if mc.BindPort == 0 {
+			if mc.AdvertisePort == 0 {
+				mc.AdvertisePort = tr.GetAutoBindPort()
+			}
+			mc.BindPort = tr.GetAutoBindPort()
+		}
+		mc.Transport = tr
 	}
 	return mc, nil
 }

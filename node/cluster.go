@@ -15,10 +15,13 @@ import (
 	"sort"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/rpcmux"
 	"github.com/infermesh/infermesh/mesh"
 	"github.com/infermesh/infermesh/mesh/forward"
+	"github.com/infermesh/infermesh/mesh/peerauth"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/mesh/transfer"
 	"github.com/infermesh/infermesh/node/api"
@@ -91,7 +94,34 @@ func (n *Node) startCluster(httpAddr string) error {
 		return err
 	}
 	rpcAddr := net.JoinHostPort(host, portOf(ln.Addr().String()))
-	c.mux = rpcmux.New(ln, n.log)
+	// Every node-to-node byte is authenticated with the secret, which
+	// never leaves the node: raft connections by the mux's handshake,
+	// Connect calls by peerauth signatures (one verifier, so one replay
+	// cache and one refusal counter, for every service on the port), and
+	// gossip by a key derived from it unless --gossip-key is given.
+	if c.mux, err = rpcmux.New(ln, secret, n.log); err != nil {
+		ln.Close()
+		return err
+	}
+	signer, err := peerauth.NewSigner(secret, peerauth.Options{})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	verifier, err := peerauth.NewVerifier(secret, peerauth.Options{Logger: n.log, Registerer: n.reg})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if n.reg != nil {
+		if err := n.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "infermesh", Subsystem: "rpc", Name: "raft_handshake_refused_total",
+			Help: "Raft connections to the RPC port closed because they did not prove the cluster secret.",
+		}, func() float64 { return float64(c.mux.RaftRefused()) })); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	go c.mux.Serve()
 
 	rc := consensus.Config{
@@ -103,6 +133,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		Voters:        cfg.Voters,
 		Members:       memberSource{n},
 		ClusterSecret: secret,
+		PeerAuth:      consensus.PeerAuth{Client: signer, Handler: verifier},
 		OnFatal:       n.fatal,
 		Logger:        n.log,
 		Registerer:    n.reg,
@@ -129,6 +160,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		Version:       cfg.Version,
 		Join:          n.joinAddrs(),
 		AdvertiseAddr: cfg.Advertise,
+		ClusterSecret: secret, // the gossip key unless --gossip-key
 	}
 	if cfg.GossipKey != "" {
 		if mc.EncryptionKey, err = mesh.ParseKey(cfg.GossipKey); err != nil {
@@ -159,7 +191,7 @@ func (n *Node) startCluster(httpAddr string) error {
 	}
 	policy := &replicatedPolicy{raft: c.raft, fallback: dispatch.Policy{Strategy: strategy}}
 	go n.seedPolicy()
-	if c.fwdCli, err = forward.NewClient(forward.ClientConfig{NodeID: cfg.NodeID, ClusterSecret: secret}, n.log, n.reg); err != nil {
+	if c.fwdCli, err = forward.NewClient(forward.ClientConfig{NodeID: cfg.NodeID, Signer: signer}, n.log, n.reg); err != nil {
 		n.stopCluster(context.Background())
 		return err
 	}
@@ -180,11 +212,11 @@ func (n *Node) startCluster(httpAddr string) error {
 		n.stopCluster(context.Background())
 		return err
 	}
-	if c.fwdSrv, err = forward.NewServer(forward.ServerConfig{NodeID: cfg.NodeID, ClusterSecret: secret}, c.disp.Local(), n.log, n.reg); err != nil {
+	if c.fwdSrv, err = forward.NewServer(forward.ServerConfig{NodeID: cfg.NodeID, Verifier: verifier}, c.disp.Local(), n.log, n.reg); err != nil {
 		n.stopCluster(context.Background())
 		return err
 	}
-	if c.xferSrv, err = transfer.NewServer(transfer.ServerConfig{NodeID: cfg.NodeID, ClusterSecret: secret, RateBytes: int64(cfg.TransferRate)},
+	if c.xferSrv, err = transfer.NewServer(transfer.ServerConfig{NodeID: cfg.NodeID, Verifier: verifier, RateBytes: int64(cfg.TransferRate)},
 		storeFiles{n.store}, n.log, n.reg); err != nil {
 		n.stopCluster(context.Background())
 		return err

@@ -4,6 +4,12 @@
 // raft timers. The cluster plays the mesh: it keeps the membership view the
 // nodes' reconcile loops read and reports joins, failures and departures to
 // every running node, as the node package does from mesh events.
+//
+// Like the node, the cluster wires the pieces consensus leaves to it: each
+// node's raft connections go through the rpcmux handshake with its cluster
+// secret, and its ConsensusService calls are signed and checked by
+// mesh/peerauth (the one dependency on mesh, which consensus itself never
+// imports; this package stands in for the node).
 package consensustest
 
 import (
@@ -24,6 +30,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/rpcmux"
+	"github.com/infermesh/infermesh/mesh/peerauth"
 )
 
 // WaitLimit bounds every Wait helper. It is a liveness bound for a slow,
@@ -55,6 +62,8 @@ type Peer struct {
 	Addr     string               // RPC address (raft + Connect), new on each start
 	Node     *consensus.Node      // the running node
 	Registry *prometheus.Registry // the node's own metrics
+	// RaftRefused counts inbound raft connections whose handshake failed.
+	RaftRefused func() uint64
 
 	mux     *rpcmux.Mux
 	srv     *http.Server
@@ -93,6 +102,20 @@ func (p *Peer) stop(graceful bool) error {
 	_ = p.mux.Close()
 	p.serving.Wait()
 	return err
+}
+
+// PeerAuth returns the signer and verifier a node uses for
+// ConsensusService calls with secret, as the node wires them.
+func PeerAuth(secret string) (consensus.PeerAuth, error) {
+	sign, err := peerauth.NewSigner(secret, peerauth.Options{})
+	if err != nil {
+		return consensus.PeerAuth{}, err
+	}
+	verify, err := peerauth.NewVerifier(secret, peerauth.Options{})
+	if err != nil {
+		return consensus.PeerAuth{}, err
+	}
+	return consensus.PeerAuth{Client: sign, Handler: verify}, nil
 }
 
 // Cluster is a set of peers plus the membership view they share.
@@ -170,7 +193,6 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 		c.t.Fatalf("consensustest: listen: %v", err)
 	}
 	p := &Peer{ID: id, Dir: dir, Addr: ln.Addr().String(), Registry: prometheus.NewRegistry()}
-	p.mux = rpcmux.New(ln, c.opts.Logger)
 	logger := c.opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -179,7 +201,6 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 		NodeID:            id,
 		AdvertiseAddr:     p.Addr,
 		DataDir:           dir,
-		RaftListener:      p.mux.Raft(),
 		Join:              join,
 		Voters:            c.opts.Voters,
 		ReapTimeout:       c.opts.ReapTimeout,
@@ -202,6 +223,21 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
+	}
+	if cfg.PeerAuth == (consensus.PeerAuth{}) && cfg.ClusterSecret != "" {
+		cfg.PeerAuth, err = PeerAuth(cfg.ClusterSecret)
+		if err != nil {
+			_ = ln.Close()
+			c.t.Fatalf("consensustest: %v", err)
+		}
+	}
+	if p.mux, err = rpcmux.New(ln, cfg.ClusterSecret, logger); err != nil {
+		_ = ln.Close()
+		c.t.Fatalf("consensustest: start %s: %v", id, err)
+	}
+	p.RaftRefused = p.mux.RaftRefused
+	if cfg.RaftListener == nil {
+		cfg.RaftListener = p.mux.Raft()
 	}
 	node, err := consensus.New(cfg)
 	if err != nil {

@@ -2,10 +2,12 @@
 // node-to-node Connect services (HTTP/2 cleartext).
 //
 // A raft connection starts with the single byte RaftByte, written by
-// DialRaft; every other connection is handed to the HTTP side with its first
-// byte put back. RaftByte is outside printable ASCII, so it can never be the
-// start of an HTTP/1 request line, the HTTP/2 connection preface ("PRI") or a
-// TLS record (0x16).
+// DialRaft, followed by a mutual challenge–response that proves both ends
+// hold the cluster secret (see handshake.go); only connections that pass it
+// reach raft. Every other connection is handed to the HTTP side with its
+// first byte put back. RaftByte is outside printable ASCII, so it can never
+// be the start of an HTTP/1 request line, the HTTP/2 connection preface
+// ("PRI") or a TLS record (0x16).
 package rpcmux
 
 import (
@@ -15,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,9 +32,12 @@ const DefaultSniffTimeout = 10 * time.Second
 // HTTP side by its first byte. Create it with New, run Serve, and hand
 // Raft() to consensus and HTTP() to an http.Server (see NewServer).
 type Mux struct {
-	ln     net.Listener
-	logger *slog.Logger
-	sniff  time.Duration
+	ln        net.Listener
+	logger    *slog.Logger
+	sniff     time.Duration
+	secret    []byte
+	handshake time.Duration
+	refused   atomic.Uint64
 
 	raft *subListener
 	http *subListener
@@ -44,23 +50,33 @@ type Mux struct {
 	sniffing map[net.Conn]struct{} // connections whose first byte is awaited
 }
 
-// New returns a mux over ln. A nil logger discards. It does not accept
-// until Serve runs.
-func New(ln net.Listener, logger *slog.Logger) *Mux {
+// New returns a mux over ln whose raft side admits only connections that
+// prove secret, the cluster secret (an empty one is refused). A nil logger
+// discards. It does not accept until Serve runs.
+func New(ln net.Listener, secret string, logger *slog.Logger) (*Mux, error) {
+	if secret == "" {
+		return nil, errEmptySecret
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	m := &Mux{
-		ln:       ln,
-		logger:   logger,
-		sniff:    DefaultSniffTimeout,
-		closed:   make(chan struct{}),
-		sniffing: map[net.Conn]struct{}{},
+		ln:        ln,
+		logger:    logger,
+		sniff:     DefaultSniffTimeout,
+		secret:    []byte(secret),
+		handshake: DefaultHandshakeTimeout,
+		closed:    make(chan struct{}),
+		sniffing:  map[net.Conn]struct{}{},
 	}
 	m.raft = newSubListener(ln.Addr())
 	m.http = newSubListener(ln.Addr())
-	return m
+	return m, nil
 }
+
+// RaftRefused counts raft connections closed because their handshake
+// failed (a wrong or missing cluster secret, or a peer that broke off).
+func (m *Mux) RaftRefused() uint64 { return m.refused.Load() }
 
 // Addr is the address of the shared listener.
 func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
@@ -112,6 +128,15 @@ func (m *Mux) Serve() error {
 func (m *Mux) route(conn net.Conn) {
 	defer m.wg.Done()
 	b, ok := m.sniffFirst(conn)
+	if ok && b == RaftByte {
+		// The handshake runs here, on the connection's own goroutine, so a
+		// slow or hostile client holds up nobody; Close still closes it.
+		if err := serverHandshake(conn, m.secret, m.handshake); err != nil {
+			m.refused.Add(1)
+			m.logger.Warn("rpcmux: refused a raft connection", "remote", conn.RemoteAddr(), "err", err)
+			ok = false
+		}
+	}
 	m.mu.Lock()
 	delete(m.sniffing, conn)
 	m.mu.Unlock()
@@ -163,7 +188,10 @@ func (m *Mux) Close() error {
 // raftDialAttempt bounds one connection attempt inside DialRaft.
 const raftDialAttempt = 500 * time.Millisecond
 
-// DialRaft connects to a mux at addr and announces a raft connection.
+// DialRaft connects to a mux at addr, announces a raft connection and runs
+// the client side of the handshake with secret: it returns a connection
+// only when the server proved the same secret (ErrHandshake otherwise). An
+// empty secret is refused before dialling.
 //
 // A connection attempt that times out (the peer's address drops packets: a
 // partition) is repeated every raftDialAttempt until timeout, rather than
@@ -173,19 +201,27 @@ const raftDialAttempt = 500 * time.Millisecond
 // only then dialling again. The chaos suite saw a healed node learn the new
 // leader 2.8 s after the heal for that reason. A refused connection (the
 // peer is down) fails at once, as before.
-func DialRaft(addr string, timeout time.Duration) (net.Conn, error) {
+func DialRaft(addr, secret string, timeout time.Duration) (net.Conn, error) {
+	if secret == "" {
+		return nil, errEmptySecret
+	}
 	conn, err := dialPersistent(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
+	hs := DefaultHandshakeTimeout
 	if timeout > 0 {
-		_ = conn.SetWriteDeadline(time.Now().Add(timeout))
+		hs = min(hs, timeout)
 	}
+	_ = conn.SetWriteDeadline(time.Now().Add(hs))
 	if _, err := conn.Write([]byte{RaftByte}); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
-	_ = conn.SetWriteDeadline(time.Time{})
+	if err := clientHandshake(conn, []byte(secret), hs); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("raft connection to %s: %w", addr, err)
+	}
 	return conn, nil
 }
 

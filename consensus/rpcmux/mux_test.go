@@ -10,13 +10,18 @@ import (
 	"time"
 )
 
+const testSecret = "mux-test-secret"
+
 func startMux(t *testing.T) (*Mux, chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(ln, nil)
+	m, err := New(ln, testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- m.Serve() }()
 	return m, served
@@ -50,7 +55,7 @@ func TestRoutesRaftAndHTTPOnOnePort(t *testing.T) {
 	}
 	defer idle.Close()
 
-	rc, err := DialRaft(m.Addr().String(), 5*time.Second)
+	rc, err := DialRaft(m.Addr().String(), testSecret, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,19 +3,27 @@ package forward_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/infermesh/infermesh/mesh/forward"
 )
 
 // BenchmarkForwardRoundTrip measures one forwarded request with a 1 KiB
-// response over loopback at concurrency 1: as a stream (Forward), as one
-// message (ForwardUnary), and, as the baseline in the same run, the same
-// handler behind a plain net/http server called with a plain keep-alive
-// client (the hop a reverse proxy makes).
+// response over loopback at concurrency 1: as a stream (Forward) and as one
+// message (ForwardUnary), each authenticated two ways — signed (peerauth,
+// what the node does) and with the cluster secret in a header (the scheme
+// peerauth replaced, rebuilt here only to compare) — and, as the baseline
+// in the same run, the same handler behind a plain net/http server called
+// with a plain keep-alive client (the hop a reverse proxy makes).
 func BenchmarkForwardRoundTrip(b *testing.B) {
 	body := make([]byte, 1024)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -25,28 +33,38 @@ func BenchmarkForwardRoundTrip(b *testing.B) {
 	})
 	reqBody := []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`)
 	hdr := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"bench"}}
-	p := startPeerChunk(b, 32<<10, h)
-	c, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
-	defer c.Close()
+	signed := startPeerChunk(b, 32<<10, h)
+	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	defer cSigned.Close()
+	legacy := startPeerConfig(b, forward.ServerConfig{NodeID: "srv", Verifier: secretHeaderCheck(secret), ChunkSize: 32 << 10}, h)
+	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret)}, nil, nil)
+	defer cLegacy.Close()
+	paths := []struct {
+		name string
+		c    *forward.Client
+		p    *peer
+	}{{"signed", cSigned, signed}, {"secret-header", cLegacy, legacy}}
 	for _, unary := range []bool{false, true} {
-		name := "stream"
+		mode := "stream"
 		if unary {
-			name = "unary"
+			mode = "unary"
 		}
-		b.Run(name, func(b *testing.B) {
-			req := &forward.Request{Method: "POST", Path: "/v1/embeddings", Body: reqBody, Header: hdr, Unary: unary}
-			b.ReportAllocs()
-			for b.Loop() {
-				s, err := c.Forward(context.Background(), p.addr, req)
-				if err != nil {
-					b.Fatal(err)
+		for _, path := range paths {
+			b.Run(mode+"/"+path.name, func(b *testing.B) {
+				req := &forward.Request{Method: "POST", Path: "/v1/embeddings", Body: reqBody, Header: hdr, Unary: unary}
+				b.ReportAllocs()
+				for b.Loop() {
+					s, err := path.c.Forward(context.Background(), path.p.addr, req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, _, _, err := readAll(b, s); err != nil {
+						b.Fatal(err)
+					}
+					s.Close()
 				}
-				if _, _, _, err := readAll(b, s); err != nil {
-					b.Fatal(err)
-				}
-				s.Close()
-			}
-		})
+			})
+		}
 	}
 	b.Run("http", func(b *testing.B) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,4 +88,119 @@ func BenchmarkForwardRoundTrip(b *testing.B) {
 			resp.Body.Close()
 		}
 	})
+}
+
+// BenchmarkForwardAuth compares the two authentication schemes of
+// BenchmarkForwardRoundTrip interleaved call by call (alternating which
+// goes first), so that load from other processes on a shared
+// machine hits both alike. It reports each scheme's mean time per forwarded
+// call and the throughput ratio signed/secret-header (1 = no cost).
+func BenchmarkForwardAuth(b *testing.B) {
+	body := make([]byte, 1024)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write(body)
+	})
+	reqBody := []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`)
+	signed := startPeerChunk(b, 32<<10, h)
+	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	defer cSigned.Close()
+	legacy := startPeerConfig(b, forward.ServerConfig{NodeID: "srv", Verifier: secretHeaderCheck(secret), ChunkSize: 32 << 10}, h)
+	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret)}, nil, nil)
+	defer cLegacy.Close()
+	for _, unary := range []bool{false, true} {
+		mode := "stream"
+		if unary {
+			mode = "unary"
+		}
+		b.Run(mode, func(b *testing.B) {
+			req := &forward.Request{Method: "POST", Path: "/v1/embeddings", Body: reqBody, Header: http.Header{"Content-Type": {"application/json"}}, Unary: unary}
+			one := func(c *forward.Client, addr string) time.Duration {
+				start := time.Now()
+				s, err := c.Forward(context.Background(), addr, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, _, err := readAll(b, s); err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+				return time.Since(start)
+			}
+			var tSigned, tLegacy time.Duration
+			odd := false
+			for b.Loop() {
+				if odd { // alternate which goes first
+					tLegacy += one(cLegacy, legacy.addr)
+					tSigned += one(cSigned, signed.addr)
+				} else {
+					tSigned += one(cSigned, signed.addr)
+					tLegacy += one(cLegacy, legacy.addr)
+				}
+				odd = !odd
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(tSigned.Nanoseconds())/n, "signed-ns/call")
+			b.ReportMetric(float64(tLegacy.Nanoseconds())/n, "header-ns/call")
+			b.ReportMetric(float64(tLegacy)/float64(tSigned), "throughput-ratio")
+		})
+	}
+}
+
+// legacySecretHeader is the header the replaced scheme sent the secret in.
+const legacySecretHeader = "X-Infermesh-Cluster-Secret"
+
+// secretHeaderSend puts the secret in a header of every call, as clients
+// did before peerauth.
+func secretHeaderSend(secret string) connect.Interceptor {
+	return legacyInterceptor{secret: secret}
+}
+
+// secretHeaderCheck compares that header in constant time, as servers did.
+func secretHeaderCheck(secret string) connect.Interceptor {
+	return legacyInterceptor{want: sha256.Sum256([]byte(secret)), check: true}
+}
+
+type legacyInterceptor struct {
+	secret string
+	want   [sha256.Size]byte
+	check  bool
+}
+
+func (l legacyInterceptor) ok(h http.Header) error {
+	got := sha256.Sum256([]byte(h.Get(legacySecretHeader)))
+	if subtle.ConstantTimeCompare(got[:], l.want[:]) != 1 {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("cluster secret missing or wrong"))
+	}
+	return nil
+}
+
+func (l legacyInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if l.check {
+			if err := l.ok(req.Header()); err != nil {
+				return nil, err
+			}
+		} else {
+			req.Header().Set(legacySecretHeader, l.secret)
+		}
+		return next(ctx, req)
+	}
+}
+
+func (l legacyInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set(legacySecretHeader, l.secret)
+		return conn
+	}
+}
+
+func (l legacyInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := l.ok(conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
 }

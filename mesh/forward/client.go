@@ -23,8 +23,12 @@ import (
 type ClientConfig struct {
 	// NodeID is this node's id; it goes out as the origin of every request.
 	NodeID string
-	// ClusterSecret is presented on every call.
+	// ClusterSecret keys the signature of every call (mesh/peerauth); the
+	// secret itself never leaves the node. Required unless Signer is set.
 	ClusterSecret string
+	// Signer signs every call instead of a peerauth.Signer built from
+	// ClusterSecret (the node shares one between its clients).
+	Signer connect.Interceptor
 	// DialTimeout bounds connecting to a peer. Default 2s.
 	DialTimeout time.Duration
 	// IdleConnTimeout closes pooled connections idle this long. Default 90s.
@@ -53,6 +57,7 @@ type ClientConfig struct {
 // address; it is safe for concurrent use.
 type Client struct {
 	cfg  ClientConfig
+	sign connect.Interceptor
 	log  *slog.Logger
 	http connect.HTTPClient
 	tr   *http.Transport
@@ -64,8 +69,9 @@ type Client struct {
 
 // NewClient builds a Client.
 func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer) (*Client, error) {
-	if cfg.ClusterSecret == "" {
-		return nil, errors.New("forward: a cluster secret is required to forward requests")
+	sign, err := signerFor(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
@@ -95,6 +101,7 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 	tr := newTransport(cfg)
 	return &Client{
 		cfg:   cfg,
+		sign:  sign,
 		log:   logger.With("component", "forward", "node", cfg.NodeID),
 		http:  memBody{tr},
 		tr:    tr,
@@ -172,7 +179,8 @@ func (c *Client) peer(addr string) forwardv1connect.ForwardServiceClient {
 	defer c.mu.Unlock()
 	if pc = c.peers[addr]; pc == nil {
 		pc = forwardv1connect.NewForwardServiceClient(c.http, "http://"+addr, connect.WithReadMaxBytes(c.cfg.MaxResponseBytes),
-			connect.WithAcceptCompression("gzip", nil, nil)) // no gzip between peers
+			connect.WithAcceptCompression("gzip", nil, nil), // no gzip between peers
+			connect.WithInterceptors(c.sign))
 		c.peers[addr] = pc
 	}
 	return pc
@@ -198,7 +206,6 @@ func (c *Client) Forward(ctx context.Context, addr string, req *Request) (*Strea
 		msg.OriginNodeId = req.OriginNodeID
 	}
 	creq := connect.NewRequest(msg)
-	creq.Header().Set(SecretHeader, c.cfg.ClusterSecret)
 	if req.Unary {
 		resp, err := c.peer(addr).ForwardUnary(ctx, creq)
 		if err == nil {

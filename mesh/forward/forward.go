@@ -4,7 +4,8 @@
 // the head, body chunks as the serving handler writes and flushes them, and
 // a trailer with token usage.
 //
-// The Server authenticates callers with the cluster secret, enforces the hop
+// The Server authenticates callers by their signature under the cluster
+// secret (mesh/peerauth; the secret itself is never sent), enforces the hop
 // limit (a forwarded request is replayed into a local-only handler and never
 // forwarded again), refuses new work while draining, and adapts the local
 // handler's http.ResponseWriter to the stream. The Client keeps pooled
@@ -21,10 +22,6 @@ import (
 
 // MaxHops is the hop limit: a request crosses at most one node-to-node hop.
 const MaxHops = 1
-
-// SecretHeader carries the cluster secret on node-to-node calls (the same
-// header consensus uses).
-const SecretHeader = "X-Infermesh-Cluster-Secret"
 
 // RefusalHeader is set in a refusal's error metadata to say why the node
 // refused ("draining").

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/infermesh/infermesh/mesh/forward"
+	"github.com/infermesh/infermesh/mesh/peerauth"
 	forwardv1 "github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1"
 	"github.com/infermesh/infermesh/proto/gen/infermesh/forward/v1/forwardv1connect"
 )
@@ -168,7 +169,7 @@ func testForwardRoundTrip(t *testing.T, unary bool) {
 	if r.Header.Get("X-Keep") != "yes" {
 		t.Fatal("end-to-end request header lost")
 	}
-	for _, h := range []string{"Connection", "X-Hop", "Transfer-Encoding", "Te", forward.SecretHeader} {
+	for _, h := range []string{"Connection", "X-Hop", "Transfer-Encoding", "Te", peerauth.Header} {
 		if r.Header.Get(h) != "" {
 			t.Fatalf("request header %s reached the local handler", h)
 		}
@@ -308,9 +309,12 @@ func h2cClient() *http.Client {
 func TestForwardHopLimit(t *testing.T) {
 	var calls atomic.Int32
 	p := startPeer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
-	raw := forwardv1connect.NewForwardServiceClient(h2cClient(), "http://"+p.addr)
+	sign, err := peerauth.NewSigner(secret, peerauth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := forwardv1connect.NewForwardServiceClient(h2cClient(), "http://"+p.addr, connect.WithInterceptors(sign))
 	req := connect.NewRequest(&forwardv1.ForwardRequest{Method: "GET", Path: "/", HopCount: 2})
-	req.Header().Set(forward.SecretHeader, secret)
 	rs, err := raw.Forward(context.Background(), req)
 	if err == nil {
 		rs.Receive()

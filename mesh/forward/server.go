@@ -24,9 +24,14 @@ import (
 type ServerConfig struct {
 	// NodeID is this node's id, for logs.
 	NodeID string
-	// ClusterSecret is the shared secret every caller must present.
-	// Required: a node never serves forwarded work without one.
+	// ClusterSecret keys the signatures every caller must present
+	// (mesh/peerauth). Required unless Verifier is set: a node never
+	// serves forwarded work without authentication.
 	ClusterSecret string
+	// Verifier authenticates callers instead of a peerauth.Verifier built
+	// from ClusterSecret (the node shares one, with its metrics and replay
+	// cache, between its services).
+	Verifier connect.Interceptor
 	// ChunkSize is the largest body chunk sent in one message; the writer
 	// also sends a chunk whenever the handler flushes. Default 32 KiB.
 	ChunkSize int
@@ -58,8 +63,9 @@ type Server struct {
 // be the node's local-only chain: it serves on this node's engines and never
 // authenticates, limits or routes again.
 func NewServer(cfg ServerConfig, local http.Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
-	if cfg.ClusterSecret == "" {
-		return nil, errors.New("forward: a cluster secret is required to serve forwarded requests")
+	verify, err := verifierFor(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if local == nil {
 		return nil, errors.New("forward: a local handler is required")
@@ -87,7 +93,7 @@ func NewServer(cfg ServerConfig, local http.Handler, logger *slog.Logger, reg pr
 		met:   met,
 	}
 	path, h := forwardv1connect.NewForwardServiceHandler(&service{s: s},
-		connect.WithInterceptors(newSecretCheck(cfg.ClusterSecret)),
+		connect.WithInterceptors(verify),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		// Peers sit on a LAN; gzip costs far more CPU and latency than it
 		// saves there.

@@ -40,12 +40,18 @@ type Options struct {
 	Nodes int
 	// IDs names the nodes explicitly.
 	IDs []string
-	// ClusterSecret is shared by all nodes; default DefaultSecret.
+	// ClusterSecret is shared by all nodes; default DefaultSecret. Unless
+	// EncryptionKey is set, the gossip key is derived from it, as a node
+	// does (mesh.GossipKey).
 	ClusterSecret string
-	// SecretFor, when set, gives a node its own cluster secret (to test
-	// refusals); nodes it returns "" for use ClusterSecret.
+	// SecretFor, when set, gives a node its own cluster secret for
+	// node-to-node calls (to test refusals); nodes it returns "" for use
+	// ClusterSecret. Such a node keeps the cluster's gossip key, as nodes
+	// that share an explicit --gossip-key but not the secret would; see
+	// StartIntruder for a node whose secret is wrong everywhere.
 	SecretFor func(id string) string
-	// EncryptionKey enables gossip encryption for all nodes.
+	// EncryptionKey is the gossip key of all nodes (the --gossip-key case)
+	// instead of the one derived from ClusterSecret.
 	EncryptionKey []byte
 	// Local returns the node's local-only handler. It runs after the node's
 	// mesh and forward client exist (so a dispatcher can be built around
@@ -120,30 +126,63 @@ func Start(t testing.TB, opts Options) *Cluster {
 // Add starts one more node that joins the cluster.
 func (c *Cluster) Add(id string) *Node {
 	c.t.Helper()
-	n, err := c.start(id)
-	if err != nil {
-		c.t.Fatalf("meshtest: start %s: %v", id, err)
-	}
-	return n
-}
-
-func (c *Cluster) start(id string) (*Node, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	secret := c.opts.ClusterSecret
 	if c.opts.SecretFor != nil {
 		if s := c.opts.SecretFor(id); s != "" {
 			secret = s
 		}
 	}
+	n, err := c.start(id, nodeSetup{secret: secret, gossipSecret: c.opts.ClusterSecret, member: true})
+	if err != nil {
+		c.t.Fatalf("meshtest: start %s: %v", id, err)
+	}
+	return n
+}
+
+// StartIntruder starts a node that holds secret instead of the cluster's,
+// for node-to-node calls and gossip alike (a node started with a wrong
+// --cluster-secret and no --gossip-key), and lets it try to join the
+// cluster in the background. It is not one of the cluster's nodes (Nodes,
+// WaitConverged leave it out) and is killed when the test ends. tap
+// receives a copy of every byte its listeners receive: its RPC listener's
+// connections and its gossip transport (mesh.Config.Tap). The slice must
+// not be kept.
+func (c *Cluster) StartIntruder(id, secret string, tap func(b []byte)) *Node {
+	c.t.Helper()
+	n, err := c.start(id, nodeSetup{secret: secret, gossipSecret: secret, tap: tap})
+	if err != nil {
+		c.t.Fatalf("meshtest: start intruder %s: %v", id, err)
+	}
+	c.t.Cleanup(n.Kill)
+	return n
+}
+
+// nodeSetup is what differs between the nodes start makes.
+type nodeSetup struct {
+	secret       string       // for forwarding
+	gossipSecret string       // the gossip key is derived from it unless Options.EncryptionKey
+	tap          func([]byte) // sees every byte the node's listeners receive
+	member       bool         // one of the cluster's nodes: waits for its join
+}
+
+func (c *Cluster) start(id string, setup nodeSetup) (*Node, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	secret := setup.secret
 	n := &Node{ID: id, RPCAddr: ln.Addr().String(), Registry: prometheus.NewRegistry(), Logger: Logger(c.t, id), Clock: c.opts.Clock, ln: ln}
+	if setup.tap != nil {
+		ln = &tapListener{Listener: ln, tap: setup.tap}
+		n.ln = ln
+	}
 	cfg := mesh.TestConfig(id)
 	cfg.RPCAddr = n.RPCAddr
 	cfg.HTTPAddr = n.RPCAddr
 	cfg.Version = "test"
 	cfg.EncryptionKey = c.opts.EncryptionKey
+	cfg.ClusterSecret = setup.gossipSecret
+	cfg.Tap = setup.tap
 	c.mu.Lock()
 	if c.seed != "" {
 		cfg.Join = []string{c.seed}
@@ -174,6 +213,9 @@ func (c *Cluster) start(id string) (*Node, error) {
 	mux.Handle(n.Forward.Handler())
 	n.srv = forward.NewHTTPServer(mux, n.Logger)
 	go func() { _ = n.srv.Serve(ln) }()
+	if !setup.member {
+		return n, nil
+	}
 	if len(cfg.Join) > 0 {
 		select {
 		case <-n.Mesh.Joined():
@@ -189,6 +231,35 @@ func (c *Cluster) start(id string) (*Node, error) {
 	c.nodes = append(c.nodes, n)
 	c.mu.Unlock()
 	return n, nil
+}
+
+// tapListener copies every byte read from its connections to tap.
+type tapListener struct {
+	net.Listener
+	tap func([]byte)
+}
+
+// Accept returns the next connection, tapped.
+func (l *tapListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &tapConn{Conn: conn, tap: l.tap}, nil
+}
+
+type tapConn struct {
+	net.Conn
+	tap func([]byte)
+}
+
+// Read reads and taps.
+func (c *tapConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.tap(p[:n])
+	}
+	return n, err
 }
 
 // Nodes returns the nodes in start order.

@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/infermesh/infermesh/mesh/forward"
+	"github.com/infermesh/infermesh/mesh/peerauth"
 	transferv1 "github.com/infermesh/infermesh/proto/gen/infermesh/transfer/v1"
 	"github.com/infermesh/infermesh/proto/gen/infermesh/transfer/v1/transferv1connect"
 )
@@ -21,7 +21,7 @@ import (
 // concurrent use.
 type Client struct {
 	nodeID string
-	secret string
+	sign   *peerauth.Signer
 	http   *http.Client
 	codec  *chunkCodec
 
@@ -29,10 +29,15 @@ type Client struct {
 	peers map[string]transferv1connect.TransferServiceClient
 }
 
-// NewClient builds a Client that presents secret on every call.
+// NewClient builds a Client that signs every call with a key derived from
+// secret (mesh/peerauth); the secret itself is never sent.
 func NewClient(nodeID, secret string) (*Client, error) {
 	if secret == "" {
 		return nil, errors.New("transfer: a cluster secret is required")
+	}
+	sign, err := peerauth.NewSigner(secret, peerauth.Options{})
+	if err != nil {
+		return nil, err
 	}
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
@@ -46,7 +51,7 @@ func NewClient(nodeID, secret string) (*Client, error) {
 		ReadBufferSize:        256 << 10,
 		WriteBufferSize:       64 << 10,
 	}
-	return &Client{nodeID: nodeID, secret: secret, http: &http.Client{Transport: tr}, codec: &chunkCodec{}, peers: map[string]transferv1connect.TransferServiceClient{}}, nil
+	return &Client{nodeID: nodeID, sign: sign, http: &http.Client{Transport: tr}, codec: &chunkCodec{}, peers: map[string]transferv1connect.TransferServiceClient{}}, nil
 }
 
 func (c *Client) peer(addr string) transferv1connect.TransferServiceClient {
@@ -54,7 +59,8 @@ func (c *Client) peer(addr string) transferv1connect.TransferServiceClient {
 	defer c.mu.Unlock()
 	p, ok := c.peers[addr]
 	if !ok {
-		p = transferv1connect.NewTransferServiceClient(c.http, "http://"+addr, connect.WithReadMaxBytes(8<<20), connect.WithCodec(c.codec))
+		p = transferv1connect.NewTransferServiceClient(c.http, "http://"+addr, connect.WithReadMaxBytes(8<<20), connect.WithCodec(c.codec),
+			connect.WithInterceptors(c.sign))
 		c.peers[addr] = p
 	}
 	return p
@@ -63,7 +69,6 @@ func (c *Client) peer(addr string) transferv1connect.TransferServiceClient {
 // Manifest returns the manifest JSON of model on the peer at addr.
 func (c *Client) Manifest(ctx context.Context, addr, model string) ([]byte, error) {
 	req := connect.NewRequest(&transferv1.GetManifestRequest{ModelId: model})
-	req.Header().Set(forward.SecretHeader, c.secret)
 	resp, err := c.peer(addr).GetManifest(ctx, req)
 	if err != nil {
 		return nil, err
@@ -75,7 +80,6 @@ func (c *Client) Manifest(ctx context.Context, addr, model string) ([]byte, erro
 // if the stream ends before the file does.
 func (c *Client) Fetch(ctx context.Context, addr, model, file string, offset int64, w io.Writer) error {
 	req := connect.NewRequest(&transferv1.FetchFileRequest{ModelId: model, File: file, Offset: offset, RequesterNodeId: c.nodeID})
-	req.Header().Set(forward.SecretHeader, c.secret)
 	stream, err := c.peer(addr).FetchFile(ctx, req)
 	if err != nil {
 		return err

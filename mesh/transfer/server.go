@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/infermesh/infermesh/mesh/forward"
+	"github.com/infermesh/infermesh/mesh/peerauth"
 	transferv1 "github.com/infermesh/infermesh/proto/gen/infermesh/transfer/v1"
 	"github.com/infermesh/infermesh/proto/gen/infermesh/transfer/v1/transferv1connect"
 )
@@ -41,8 +41,12 @@ type Files interface {
 type ServerConfig struct {
 	// NodeID is this node's id, for logs.
 	NodeID string
-	// ClusterSecret is required of every caller.
+	// ClusterSecret keys the signatures every caller must present
+	// (mesh/peerauth). Required unless Verifier is set.
 	ClusterSecret string
+	// Verifier authenticates callers instead of a peerauth.Verifier built
+	// from ClusterSecret (the node shares one between its services).
+	Verifier connect.Interceptor
 	// ChunkSize is the data carried by one message. Default 256 KiB.
 	ChunkSize int
 	// RateBytes caps the bytes per second this node sends to all peers
@@ -66,8 +70,16 @@ type Server struct {
 
 // NewServer builds a Server over files.
 func NewServer(cfg ServerConfig, files Files, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
-	if cfg.ClusterSecret == "" {
-		return nil, errors.New("transfer: a cluster secret is required")
+	verify := cfg.Verifier
+	if verify == nil {
+		if cfg.ClusterSecret == "" {
+			return nil, errors.New("transfer: a cluster secret is required")
+		}
+		v, err := peerauth.NewVerifier(cfg.ClusterSecret, peerauth.Options{})
+		if err != nil {
+			return nil, err
+		}
+		verify = v
 	}
 	if cfg.ChunkSize <= 0 {
 		cfg.ChunkSize = 256 << 10
@@ -90,7 +102,7 @@ func NewServer(cfg ServerConfig, files Files, logger *slog.Logger, reg prometheu
 		}
 	}
 	s.path, s.handler = transferv1connect.NewTransferServiceHandler(&service{s: s},
-		connect.WithInterceptors(forward.SecretInterceptor(cfg.ClusterSecret)),
+		connect.WithInterceptors(verify),
 		connect.WithCompression("gzip", nil, nil),
 	)
 	return s, nil
