@@ -1,0 +1,69 @@
+package vision
+
+import (
+	"fmt"
+	"image"
+	"math"
+	"strconv"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// maxConcurrency bounds the "concurrency" option.
+const maxConcurrency = 64
+
+// intOption parses options[key] as an integer in [lo, hi], or returns def.
+func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
+	s, ok := options[key]
+	if !ok || s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
+	}
+	return v, nil
+}
+
+// floatOption parses options[key] as a number in [lo, hi], or returns def.
+func floatOption(options map[string]string, key string, def, lo, hi float64) (float64, error) {
+	s, ok := options[key]
+	if !ok || s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || v < lo || v > hi {
+		return 0, fmt.Errorf("option %s=%q: want a number in [%g, %g]", key, s, lo, hi)
+	}
+	return v, nil
+}
+
+// checkTask refuses a spec for another task (an empty task is accepted).
+func checkTask(spec engine.Spec, task engine.Task) error {
+	if spec.Task != "" && spec.Task != task {
+		return fmt.Errorf("vision: %s: task %q is not %q", spec.ID, spec.Task, task)
+	}
+	return nil
+}
+
+// limits validates a request's image, threshold and result cap and applies
+// the defaults: threshold 0 means def, maxResults 0 means
+// engine.DefaultMaxResults.
+func limits(img image.Image, threshold float32, maxResults int, def float32) (float32, int, error) {
+	if img == nil || img.Bounds().Empty() {
+		return 0, 0, &engine.InputError{Param: "image", Msg: "image has no pixels"}
+	}
+	if math.IsNaN(float64(threshold)) || threshold < 0 || threshold > 1 {
+		return 0, 0, &engine.InputError{Param: "confidence_threshold", Msg: "confidence_threshold must be between 0 and 1"}
+	}
+	if threshold == 0 {
+		threshold = def
+	}
+	if maxResults == 0 {
+		maxResults = engine.DefaultMaxResults
+	}
+	if maxResults < 1 || maxResults > engine.MaxResultsLimit {
+		return 0, 0, &engine.InputError{Param: "max_results", Msg: fmt.Sprintf("max_results must be between 1 and %d", engine.MaxResultsLimit)}
+	}
+	return threshold, maxResults, nil
+}
