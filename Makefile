@@ -21,6 +21,7 @@ deps:
 # small test models, all into $(CACHE).
 assets: deps
 	scripts/assets.sh
+	scripts/assets-vision.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 

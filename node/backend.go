@@ -126,25 +126,25 @@ func (n *Node) ImageGenerator(ctx context.Context, id string) (engine.ImageGener
 	return e.(engine.ImageGenerator), nil
 }
 
-// BackgroundRemover returns the background-removal engine of a model, or
-// of the first installed one when id is empty.
-func (n *Node) BackgroundRemover(ctx context.Context, id string) (engine.BackgroundRemover, string, error) {
+// TaskEngine returns the engine of a model for a task, or of the first
+// installed model of the task when id is empty.
+func (n *Node) TaskEngine(ctx context.Context, task engine.Task, id string) (engine.Engine, string, error) {
 	if id == "" {
 		for _, m := range n.store.List() {
-			if engine.Task(m.Task) == engine.TaskBackgroundRemoval {
+			if engine.Task(m.Task) == task {
 				id = m.ID
 				break
 			}
 		}
 		if id == "" {
-			return nil, "", fmt.Errorf("no background-removal model installed: %w", api.ErrModelNotFound)
+			return nil, "", fmt.Errorf("no %s model installed: %w", task, api.ErrModelNotFound)
 		}
 	}
-	e, err := n.engines.get(ctx, id, engine.TaskBackgroundRemoval)
+	e, err := n.engines.get(ctx, id, task)
 	if err != nil {
 		return nil, "", err
 	}
-	return e.(engine.BackgroundRemover), e.ID(), nil
+	return e, e.ID(), nil
 }
 
 // Draining reports whether the node is shutting down.

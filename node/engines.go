@@ -15,6 +15,7 @@ import (
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/engine/upstream"
+	"github.com/infermesh/infermesh/node/engine/vision"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -148,6 +149,10 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				eng, err = rt.LoadBackgroundRemover(spec)
 			case engine.TaskChat:
 				eng, err = rt.LoadChat(spec)
+			case engine.TaskObjectDetection:
+				eng, err = vision.LoadDetector(rt, spec)
+			case engine.TaskFaceDetection:
+				eng, err = vision.LoadFaces(rt, spec)
 			default:
 				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
 			}

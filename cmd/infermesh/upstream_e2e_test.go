@@ -45,8 +45,9 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-// waitModel polls a node's /v1/models until it lists id.
-func waitModel(t *testing.T, p *proc, id string) {
+// waitModel polls a node's /v1/models until it lists id, owned by owner
+// (the runtime: "upstream", "onnx").
+func waitModel(t *testing.T, p *proc, id, owner string) {
 	t.Helper()
 	c := p.client()
 	deadline := time.Now().Add(30 * time.Second)
@@ -55,7 +56,7 @@ func waitModel(t *testing.T, p *proc, id string) {
 		if err == nil {
 			for _, m := range page.Data {
 				if m.ID == id {
-					if m.OwnedBy != "upstream" {
+					if m.OwnedBy != owner {
 						t.Fatalf("%s owned by %q", id, m.OwnedBy)
 					}
 					return
@@ -93,7 +94,7 @@ func TestUpstreamProviderThroughMesh(t *testing.T) {
 	b := startMeshNode(t, meshNode{"up-b", "127.0.20.2", nil}, "127.0.20.1:17946")
 	waitMembers(t, []*proc{a, b}, 2)
 	for _, id := range []string{"upstream/acme/echo-chat", "upstream/acme/embed-8", "upstream/acme/eyes", "upstream/acme/painter", "upstream/gone/m"} {
-		waitModel(t, b, id)
+		waitModel(t, b, id, "upstream")
 	}
 	c := b.client()
 	ctx := context.Background()

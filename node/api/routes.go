@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/engine"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -76,8 +77,8 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	}
 	r.Post("/embeddings", wrap(MaxJSONBody, "", true, s.embeddings))
 	r.Post("/vision/background", wrap(MaxImageBody, "background-removal", false, s.visionBackground))
-	r.Post("/vision/detections", wrap(MaxImageBody, "", false, s.noVisionEngine))
-	r.Post("/vision/faces", wrap(MaxImageBody, "", false, s.noVisionEngine))
+	r.Post("/vision/detections", wrap(MaxImageBody, string(engine.TaskObjectDetection), false, s.visionDetections))
+	r.Post("/vision/faces", wrap(MaxImageBody, string(engine.TaskFaceDetection), false, s.visionFaces))
 	r.Post("/chat/completions", wrap(MaxImageBody, "", true, s.chatCompletions))
 	r.Post("/images/generations", wrap(MaxJSONBody, "", false, s.imagesGenerations))
 	r.Post("/images/describe", wrap(MaxImageBody, "", false, s.jsonModelRoute("image description")))

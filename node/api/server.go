@@ -73,10 +73,11 @@ type Backend interface {
 	// ImageGenerator returns this node's image generation engine for a
 	// model id.
 	ImageGenerator(ctx context.Context, id string) (engine.ImageGenerator, error)
-	// BackgroundRemover returns the background-removal engine for an id;
-	// id "" asks for the default one. It returns ErrModelNotFound when no
-	// such engine is installed at all.
-	BackgroundRemover(ctx context.Context, id string) (engine.BackgroundRemover, string, error)
+	// TaskEngine returns this node's engine of a task for a model id and
+	// the canonical id it serves; id "" asks for the node's first model of
+	// the task. It returns ErrModelNotFound when no such model is
+	// installed, and ErrWrongTask when the model serves another task.
+	TaskEngine(ctx context.Context, task engine.Task, id string) (engine.Engine, string, error)
 	// Members lists the nodes of the mesh as gossip sees them.
 	Members() []Member
 	// Draining reports whether the node is shutting down.
