@@ -30,11 +30,6 @@ func (k OpKind) dataPlane() bool {
 	return k == OpEmbedSDK || k == OpEmbedRaw || k == OpVision || k == OpChatSDK || k == OpChatSSE
 }
 
-// keyOp reports whether a kind is part of the key history.
-func (k OpKind) keyOp() bool {
-	return k == OpKeyCreate || k == OpKeyRevoke || k == OpKeyList
-}
-
 // Class is a request's outcome class.
 type Class string
 

@@ -193,15 +193,6 @@ func (t *table) records() []*meshv1.NodeRecord {
 	return out
 }
 
-func (t *table) record(id string) *meshv1.NodeRecord {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, ok := t.nodes[id]; ok {
-		return e.record
-	}
-	return nil
-}
-
 // rebuild publishes a new snapshot of member views. Callers hold mu.
 func (t *table) rebuild() {
 	out := make([]route.Peer, 0, len(t.nodes))

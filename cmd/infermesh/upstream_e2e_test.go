@@ -173,7 +173,7 @@ func TestUpstreamProviderThroughMesh(t *testing.T) {
 	// model, as base64 PNGs or URLs, and a chat with an image part to a
 	// model configured for image input (a model without it refuses).
 	imgs, err := c.Images.Generate(ctx, openai.ImageGenerateParams{Model: "acme:painter", Prompt: "a lighthouse at dusk", N: openai.Int(2),
-		Size: openai.ImageGenerateParamsSize256x256, ResponseFormat: openai.ImageGenerateParamsResponseFormatB64JSON}, option.WithResponseInto(&resp))
+		Size: openai.ImageGenerateParamsSize("256x256"), ResponseFormat: openai.ImageGenerateParamsResponseFormatB64JSON}, option.WithResponseInto(&resp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,10 +70,3 @@ func (c *replayCache) grow() {
 	}
 	c.ring, c.head = bigger, 0
 }
-
-// len reports the nonces remembered.
-func (c *replayCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
