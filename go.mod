@@ -24,7 +24,14 @@ require (
 )
 
 require (
+	github.com/hajimehoshi/go-mp3 v0.3.4
+	github.com/icza/bitio v1.1.0 // indirect
+	github.com/jfreymuth/oggvorbis v1.0.5
+	github.com/jfreymuth/vorbis v1.0.2 // indirect
 	github.com/kr/pretty v0.3.0 // indirect
+	github.com/mewkiz/flac v1.0.14
+	github.com/mewkiz/pkg v0.0.0-20250417130911-3f050ff8c56d // indirect
+	github.com/mewpkg/term v0.0.0-20241026122259-37a80af23985 // indirect
 	github.com/rogpeppe/go-internal v1.8.0 // indirect
 )
 
