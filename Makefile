@@ -22,6 +22,7 @@ deps:
 assets: deps
 	scripts/assets.sh
 	scripts/assets-vision.sh
+	scripts/assets-audio.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 

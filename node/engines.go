@@ -16,6 +16,7 @@ import (
 	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/engine/upstream"
 	"github.com/infermesh/infermesh/node/engine/vision"
+	"github.com/infermesh/infermesh/node/engine/whisper"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -153,6 +154,10 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				eng, err = vision.LoadDetector(rt, spec)
 			case engine.TaskFaceDetection:
 				eng, err = vision.LoadFaces(rt, spec)
+			case engine.TaskSpeechToText:
+				eng, err = whisper.Load(rt, spec)
+			case engine.TaskVoiceActivity:
+				eng, err = whisper.LoadVAD(rt, spec)
 			default:
 				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
 			}

@@ -3,9 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
-	"strings"
 )
 
 // peekObject checks that body is one JSON object.
@@ -52,27 +50,21 @@ func (s *Server) jsonModelRoute(what string) http.HandlerFunc {
 	}
 }
 
-// formModelRoute is jsonModelRoute for multipart/form-data uploads (audio).
-func (s *Server) formModelRoute(what string) http.HandlerFunc {
+// formModelRoute is jsonModelRoute for multipart/form-data uploads; the
+// form is parsed in memory (nothing is written to disk).
+func (s *Server) formModelRoute(what, fileField string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, MaxImageBody)
-		ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if ct != "multipart/form-data" {
-			WriteError(w, BadRequest(CodeInvalidValue, "", "This endpoint takes multipart/form-data."))
+		body, err := readBody(r, MaxAudioFileBytes+1<<20)
+		if err != nil {
+			writeErr(w, err)
 			return
 		}
-		if err := r.ParseMultipartForm(8 << 20); err != nil {
-			if strings.Contains(err.Error(), "too large") {
-				WriteError(w, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "", "Request body is too large."))
-				return
-			}
-			WriteError(w, BadRequest(CodeInvalidValue, "", "Could not parse the multipart form."))
+		f, err := parseAudioForm(body, r.Header.Get("Content-Type"), fileField)
+		if err != nil {
+			writeErr(w, err)
 			return
 		}
-		if r.MultipartForm != nil {
-			defer r.MultipartForm.RemoveAll()
-		}
-		model := r.FormValue("model")
+		model := f.value("model")
 		if model == "" {
 			WriteError(w, BadRequest(CodeMissingParam, "model", "You must provide a model parameter."))
 			return

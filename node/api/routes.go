@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/infermesh/infermesh/node/engine"
@@ -42,9 +43,7 @@ func (s *Server) routes() chi.Router {
 		r.Get("/batch/embeddings", s.listBatches)
 		r.Get("/batch/embeddings/{id}", s.getBatch)
 		r.Delete("/batch/embeddings/{id}", s.cancelBatch)
-		r.Post("/audio/transcriptions", s.formModelRoute("speech-to-text"))
-		r.Post("/audio/translations", s.formModelRoute("speech translation"))
-		r.Post("/audio/clone", s.formModelRoute("voice cloning"))
+		r.Post("/audio/clone", s.formModelRoute("voice cloning", "reference_audio"))
 		r.Get("/audio/transcriptions/stream", s.queryModelRoute("live speech-to-text"))
 
 		s.hubRoutes(r)
@@ -81,6 +80,8 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/vision/faces", wrap(MaxImageBody, string(engine.TaskFaceDetection), false, s.visionFaces))
 	r.Post("/chat/completions", wrap(MaxImageBody, "", true, s.chatCompletions))
 	r.Post("/images/generations", wrap(MaxJSONBody, "", false, s.imagesGenerations))
+	r.Post("/audio/transcriptions", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranscriptions))
+	r.Post("/audio/translations", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranslations))
 	r.Post("/images/describe", wrap(MaxImageBody, "", false, s.jsonModelRoute("image description")))
 	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.jsonModelRoute("text-to-speech")))
 }
@@ -113,7 +114,13 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		model, stream, _ := peekRoute(body)
+		var model string
+		var stream bool
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			model, stream = peekForm(body, r.Header.Get("Content-Type"))
+		} else {
+			model, stream, _ = peekRoute(body)
+		}
 		if model == "" && defaultTask != "" {
 			model = s.opt.Backend.DefaultModel(defaultTask)
 		}

@@ -61,6 +61,22 @@ const (
 	FormatUnknown Format = ""
 )
 
+// ErrTooLong marks a file over the size or duration limit (answered 413
+// by the API); such errors are also input errors for "file".
+var ErrTooLong = errors.New("audio over the size or duration limit")
+
+// limitErr is an InputError about the file that is also ErrTooLong.
+func limitErr(format string, args ...any) error {
+	return fmt.Errorf("%w%w", &engine.InputError{Param: "file", Msg: fmt.Sprintf(format, args...)}, tooLongMark{})
+}
+
+// tooLongMark makes errors.Is(err, ErrTooLong) hold without changing the
+// message.
+type tooLongMark struct{}
+
+func (tooLongMark) Error() string   { return "" }
+func (tooLongMark) Is(t error) bool { return t == ErrTooLong }
+
 // inputErr is an InputError about the file.
 func inputErr(format string, args ...any) error {
 	return &engine.InputError{Param: "file", Msg: fmt.Sprintf(format, args...)}
@@ -123,7 +139,7 @@ func Decode(data []byte, maxSeconds float64) (samples []float32, seconds float64
 		return nil, 0, inputErr("the audio file is empty")
 	}
 	if len(data) > MaxBytes {
-		return nil, 0, inputErr("the audio file is %d bytes; the limit is %d (25 MB)", len(data), MaxBytes)
+		return nil, 0, limitErr("the audio file is %d bytes; the limit is %d (25 MB)", len(data), MaxBytes)
 	}
 	if !(maxSeconds > 0) || math.IsInf(maxSeconds, 0) {
 		maxSeconds = DefaultMaxSeconds
@@ -186,7 +202,7 @@ func convert(src source, maxSeconds float64) ([]float32, float64, error) {
 		n := len(block) / ch
 		frames += int64(n)
 		if frames > limit {
-			return nil, 0, inputErr("the audio is longer than %g seconds", maxSeconds)
+			return nil, 0, limitErr("the audio is longer than %g seconds", maxSeconds)
 		}
 		mono = mono[:0]
 		for i := range n {

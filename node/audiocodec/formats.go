@@ -84,7 +84,7 @@ func newWAV(b []byte, maxSeconds float64) (source, error) {
 				size = avail
 			}
 			if secs := float64(size/int64(align)) / float64(sr); secs > maxSeconds {
-				return nil, inputErr("the audio is %.0f seconds long; the limit is %g", secs, maxSeconds)
+				return nil, limitErr("the audio is %.0f seconds long; the limit is %g", secs, maxSeconds)
 			}
 			if size > avail {
 				return nil, inputErr("truncated WAV: the data chunk declares %d bytes, the file has %d", size, avail)
@@ -201,7 +201,7 @@ func newFLAC(b []byte, maxSeconds float64) (source, error) {
 		return nil, inputErr("malformed FLAC: empty stream info")
 	}
 	if secs := float64(info.NSamples) / float64(info.SampleRate); secs > maxSeconds {
-		return nil, inputErr("the audio is %.0f seconds long; the limit is %g", secs, maxSeconds)
+		return nil, limitErr("the audio is %.0f seconds long; the limit is %g", secs, maxSeconds)
 	}
 	return &flacSource{s: s, sr: int(info.SampleRate), ch: int(info.NChannels), scale: float32(math.Ldexp(1, int(info.BitsPerSample)-1))}, nil
 }
@@ -248,7 +248,7 @@ func newVorbis(b []byte, maxSeconds float64) (source, error) {
 		return nil, inputErr("malformed Ogg Vorbis: sample rate %d", r.SampleRate())
 	}
 	if secs := float64(r.Length()) / float64(r.SampleRate()); secs > maxSeconds {
-		return nil, inputErr("the audio is %.0f seconds long; the limit is %g", secs, maxSeconds)
+		return nil, limitErr("the audio is %.0f seconds long; the limit is %g", secs, maxSeconds)
 	}
 	return &vorbisSource{r: r}, nil
 }
