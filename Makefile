@@ -7,7 +7,7 @@ GOFLAGS_LD := -ldflags "-X main.version=$(VERSION)"
 DATA ?= data
 export PATH := $(CACHE)/bin:$(PATH)
 
-.PHONY: all build run test test-short bench lint assets deps proto fuzz e2e clean chaos chaos-short
+.PHONY: all build run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-short
 
 all: build
 
@@ -34,20 +34,31 @@ run: build assets
 	done
 	$(BIN) serve --data-dir $(DATA)
 
+# Packages whose tests run in one process (no child binaries, no chaos
+# harness); these also run under the race detector.
+UNIT = $(shell go list ./... | grep -v -e '/cmd/' -e '/chaos' -e '/proto/gen')
+
 test: assets
 	go vet ./...
 	go test -count=1 -timeout 20m ./...
+	go test -count=1 -race -timeout 20m $(UNIT)
 	$(MAKE) fuzz
 
-# Short fuzz runs of the request decoders and codecs.
+# Fuzz the request decoders and codecs for a fixed number of inputs each,
+# so a run takes the same work on a busy machine as on an idle one (a
+# time budget raced Go's fuzzer deadline on loaded machines).
+FUZZ = go test -run '^$$' -fuzztime
 fuzz:
-	go test -run '^$$' -fuzz '^FuzzParseEmbeddings$$' -fuzztime 10s ./node/api
-	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./node/imagecodec
-	go test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime 10s ./node/engine/tokenizer
-	go test -run '^$$' -fuzz '^FuzzEncodeBPE$$' -fuzztime 10s ./node/engine/tokenizer
-	go test -run '^$$' -fuzz '^FuzzSchemaAutomaton$$' -fuzztime 10s ./node/engine/chat
-	go test -run '^$$' -fuzz '^FuzzParseChat$$' -fuzztime 10s ./node/api
-	go test -run '^$$' -fuzz '^FuzzParseImages$$' -fuzztime 10s ./node/api
+	$(FUZZ) 20000x -fuzz '^FuzzParseEmbeddings$$' ./node/api
+	$(FUZZ) 20000x -fuzz '^FuzzParseChat$$' ./node/api
+	$(FUZZ) 20000x -fuzz '^FuzzParseImages$$' ./node/api
+	$(FUZZ) 20000x -fuzz '^FuzzParseDetections$$' ./node/api
+	$(FUZZ) 5000x -fuzz '^FuzzParseAudioForm$$' ./node/api
+	$(FUZZ) 5000x -fuzz '^FuzzDecode$$' ./node/imagecodec
+	$(FUZZ) 300x -fuzz '^FuzzDecode$$' ./node/audiocodec
+	$(FUZZ) 20000x -fuzz '^FuzzEncode$$' ./node/engine/tokenizer
+	$(FUZZ) 20000x -fuzz '^FuzzEncodeBPE$$' ./node/engine/tokenizer
+	$(FUZZ) 5000x -fuzz '^FuzzSchemaAutomaton$$' ./node/engine/chat
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...
@@ -63,14 +74,25 @@ chaos: build assets
 chaos-short: build assets
 	INFERMESH_CHAOS_BIN=$(CURDIR)/$(BIN) go test -count=1 -run TestChaosShort -v ./chaos
 
-lint:
+# gofmt, go vet, staticcheck, buf lint, buf breaking against main, and a
+# check that the generated protobuf code is what buf generates now.
+lint: tools
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
+	staticcheck ./...
+	buf lint
+	@if git rev-parse --verify -q main >/dev/null && [ "$$(git rev-parse HEAD)" != "$$(git rev-parse main)" ]; then buf breaking --against '.git#branch=main'; else echo "buf breaking: HEAD is main, nothing to compare"; fi
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && buf generate -o $$tmp && diff -r $$tmp/proto/gen proto/gen >/dev/null || { echo "proto/gen is stale: run make proto"; exit 1; }
 
-proto:
+# Lint and code-generation tools, installed into $(CACHE)/bin at pinned
+# versions through the Go module proxy.
+tools:
+	@command -v staticcheck >/dev/null || GOBIN=$(CACHE)/bin go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	@command -v buf >/dev/null || GOBIN=$(CACHE)/bin go install github.com/bufbuild/buf/cmd/buf@v1.75.0
 	@command -v protoc-gen-go >/dev/null || GOBIN=$(CACHE)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	@command -v protoc-gen-connect-go >/dev/null || GOBIN=$(CACHE)/bin go install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+
+proto: tools
 	buf generate
 
 clean:

@@ -114,7 +114,9 @@ func parseTranscription(body []byte, contentType string, translate bool) (*trans
 	return req, nil
 }
 
-func (s *Server) audioTranscriptions(w http.ResponseWriter, r *http.Request) { s.transcribe(w, r, false) }
+func (s *Server) audioTranscriptions(w http.ResponseWriter, r *http.Request) {
+	s.transcribe(w, r, false)
+}
 
 func (s *Server) audioTranslations(w http.ResponseWriter, r *http.Request) { s.transcribe(w, r, true) }
 
