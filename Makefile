@@ -29,7 +29,7 @@ assets: deps
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
 # models installed into ./data.
 run: build assets
-	@for m in isnet tiny-bert tiny-llama; do \
+	@for m in isnet tiny-bert tiny-llama centernet blazeface whisper-base; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
 	$(BIN) serve --data-dir $(DATA)
