@@ -81,6 +81,9 @@ type Peer struct {
 	InFlight int
 	// MaxInFlight is the node's in-flight cap; 0 means no cap.
 	MaxInFlight int
+	// Outbound is the number of requests this node has in flight to the
+	// peer now (exact, unlike InFlight, which arrives by gossip).
+	Outbound int
 	// QueueDepth is the number of requests waiting in the node's engines.
 	QueueDepth int
 	// Weight is the node's weight for the weighted strategy; values below 1
@@ -103,12 +106,30 @@ func (p *Peer) Routable() bool {
 }
 
 // HasRoom reports whether the peer is below its in-flight cap and does not
-// report itself saturated.
+// report itself saturated, as its last record says. A remote peer's record
+// is up to one record interval old; see SurelyFull for what is known
+// exactly.
 func (p *Peer) HasRoom() bool {
 	if p.Health == HealthSaturated {
 		return false
 	}
 	return p.MaxInFlight <= 0 || p.InFlight < p.MaxInFlight
+}
+
+// SurelyFull reports whether the peer is at its cap by what this node
+// knows exactly: its own in-flight count for itself, its own outstanding
+// calls (Outbound) for a remote peer. A remote peer whose record says
+// full may have freed slots since; it is still worth a try, and refuses
+// with 503 (answered by the next candidate, before the first byte) if it
+// really is full.
+func (p *Peer) SurelyFull() bool {
+	if p.MaxInFlight <= 0 {
+		return false
+	}
+	if p.Self {
+		return p.InFlight >= p.MaxInFlight
+	}
+	return p.Outbound >= p.MaxInFlight
 }
 
 // Has reports whether the peer has the model installed. The empty model

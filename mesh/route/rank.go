@@ -53,14 +53,21 @@ func Rank(s Strategy, f Facts, peers []Peer) Result {
 		}
 	}
 	var groups [4][]*Peer // own side warm, own cold, other side warm, other cold
-	var full []*Peer
+	// full are surely at their cap; maybe reported full in their last
+	// record but may have room now: they go last, so work a peer could
+	// take is never refused on a stale record.
+	var full, maybe []*Peer
 	for i := range peers {
 		p := &peers[i]
 		if !p.Routable() || !p.Has(f.Model) {
 			continue
 		}
-		if !p.HasRoom() {
+		if p.SurelyFull() {
 			full = append(full, p)
+			continue
+		}
+		if !p.HasRoom() {
+			full, maybe = append(full, p), append(maybe, p)
 			continue
 		}
 		g := 0
@@ -73,7 +80,7 @@ func Rank(s Strategy, f Facts, peers []Peer) Result {
 		groups[g] = append(groups[g], p)
 	}
 	var res Result
-	n := len(groups[0]) + len(groups[1]) + len(groups[2]) + len(groups[3])
+	n := len(groups[0]) + len(groups[1]) + len(groups[2]) + len(groups[3]) + len(maybe)
 	if n == 0 {
 		if len(full) > 0 {
 			res.Saturated = true
@@ -82,7 +89,7 @@ func Rank(s Strategy, f Facts, peers []Peer) Result {
 		return res
 	}
 	res.Candidates = make([]Peer, 0, n)
-	for _, g := range groups {
+	for _, g := range append(groups[:], maybe) {
 		order(s, &f, g)
 		for _, p := range g {
 			res.Candidates = append(res.Candidates, *p)

@@ -39,6 +39,11 @@ func TestRankFilters(t *testing.T) {
 	full.MaxInFlight, full.InFlight = 2, 2
 	selfSat := ready("selfsat", "m")
 	selfSat.Health = HealthSaturated
+	// Surely full: this node's own calls fill the cap, or it is this node.
+	sureFull := ready("surefull", "m")
+	sureFull.MaxInFlight, sureFull.InFlight, sureFull.Outbound = 2, 2, 2
+	selfFull := ready("selffull", "m")
+	selfFull.Self, selfFull.MaxInFlight, selfFull.InFlight = true, 2, 2
 	other := ready("other", "x")
 
 	cases := []struct {
@@ -50,8 +55,9 @@ func TestRankFilters(t *testing.T) {
 	}{
 		{"only ready peers with the model", "m", []Peer{notReady, unknown, draining, ejected, other, ready("a", "m")}, []string{"a"}, false},
 		{"warm before cold", "m", []Peer{cold, ready("b", "m")}, []string{"b", "cold"}, false},
-		{"saturated peers are left out", "m", []Peer{full, selfSat, ready("c", "m")}, []string{"c"}, false},
-		{"all saturated is reported", "m", []Peer{full, selfSat, draining}, nil, true},
+		{"peers reported full go last", "m", []Peer{full, selfSat, ready("c", "m")}, []string{"c", "full", "selfsat"}, false},
+		{"peers known full are left out", "m", []Peer{sureFull, selfFull, ready("c", "m")}, []string{"c"}, false},
+		{"all known full is reported", "m", []Peer{sureFull, selfFull, draining}, nil, true},
 		{"nobody has the model", "nope", []Peer{ready("a", "m"), full}, nil, false},
 		{"empty model matches every routable peer", "", []Peer{ready("a", "m"), other, draining}, []string{"a", "other"}, false},
 		{"a peer below its cap has room", "m", []Peer{{ID: "capped", Health: HealthReady, MaxInFlight: 3, InFlight: 2, Models: map[string]Model{"m": {Warm: true}}}}, []string{"capped"}, false},
@@ -331,10 +337,16 @@ func TestCanaryEdgeCases(t *testing.T) {
 	if got := Rank(RoundRobin, Facts{Model: "m", Caller: "x"}, []Peer{canary, stable}).Candidates[0].ID; got != "canary" {
 		t.Fatalf("100%% canary missed a caller: %s", got)
 	}
-	// A canary caller whose canary is full falls back to the stable side.
+	// A canary whose record says full is tried only after the stable side
+	// (it may have freed a slot since the record); one this node knows is
+	// full (its own calls fill the cap) is not tried at all.
 	canary.MaxInFlight, canary.InFlight = 1, 1
+	if got := Rank(RoundRobin, Facts{Model: "m", Caller: "x"}, []Peer{canary, stable}).Candidates; len(got) != 2 || got[0].ID != "stable" || got[1].ID != "canary" {
+		t.Fatalf("canary reported full: got %v, want [stable canary]", ids(got))
+	}
+	canary.Outbound = 1
 	if got := Rank(RoundRobin, Facts{Model: "m", Caller: "x"}, []Peer{canary, stable}).Candidates; len(got) != 1 || got[0].ID != "stable" {
-		t.Fatalf("full canary: got %v, want [stable]", ids(got))
+		t.Fatalf("surely full canary: got %v, want [stable]", ids(got))
 	}
 	// When only canary nodes have the model, stable callers still get served.
 	c0 := ready("c0", "m")
@@ -381,6 +393,11 @@ func TestRetryAfter(t *testing.T) {
 	if got := RetryAfter("m", nil); got != time.Minute {
 		t.Fatalf("retry after with no peers = %v, want 60s", got)
 	}
+	// Reported full: still a candidate (the record may be stale).
+	if res := Rank(RoundRobin, Facts{Model: "m"}, []Peer{p}); res.Saturated || len(res.Candidates) != 1 {
+		t.Fatalf("reported-full peer: %+v, want it as the last-resort candidate", res)
+	}
+	p.Outbound = 4 // this node's own calls fill the cap: surely full
 	res := Rank(RoundRobin, Facts{Model: "m"}, []Peer{p})
 	if !res.Saturated || res.RetryAfter != 4*time.Second {
 		t.Fatalf("rank: saturated=%v retry=%v, want true 4s", res.Saturated, res.RetryAfter)

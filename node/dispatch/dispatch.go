@@ -281,10 +281,11 @@ func (d *Dispatcher) view(pol Policy) []route.Peer {
 			p.MaxInFlight = d.localCap(pol)
 			continue
 		}
-		// Requests this node sent to the peer since its last record.
+		// Requests this node has in flight to the peer now.
 		if c, ok := d.outbound.Load(p.ID); ok {
-			if n := int(c.(*atomic.Int64).Load()); n > p.InFlight {
-				p.InFlight = n
+			p.Outbound = int(c.(*atomic.Int64).Load())
+			if p.Outbound > p.InFlight {
+				p.InFlight = p.Outbound
 			}
 		}
 	}
