@@ -322,8 +322,19 @@ func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func
 		return engine.ChatResponse{}, err
 	}
 	defer kv.close()
-	stop := context.AfterFunc(ctx, func() { _ = kv.opts.Terminate() })
-	defer stop()
+	// The terminate callback may already be running when Generate returns;
+	// wait for it before kv.close destroys the run options it uses (a
+	// data race the race detector found, and a use-after-free in C).
+	terminated := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(terminated)
+		_ = kv.opts.Terminate()
+	})
+	defer func() {
+		if !stop() {
+			<-terminated
+		}
+	}()
 	resp, err := d.model.Generate(ctx, plan, kv, onDelta)
 	if err != nil && ctx.Err() != nil {
 		return resp, ctx.Err()
