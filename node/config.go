@@ -39,7 +39,9 @@ type Config struct {
 	Dashboard bool
 	// ORTLibrary is the path of libonnxruntime.so.
 	ORTLibrary string
-	// IntraOpThreads bounds threads per ONNX Runtime session run (0: default).
+	// IntraOpThreads bounds threads per ONNX Runtime session run: 0 picks
+	// per pipeline (embeddings one thread per run, one run per core;
+	// others ONNX Runtime's pool), -1 ONNX Runtime's pool everywhere.
 	IntraOpThreads int
 	// BatchMax and BatchWait configure the embeddings dynamic batcher.
 	BatchMax int
@@ -117,6 +119,18 @@ type Config struct {
 	MaxConnsPerClient int
 	// Legacy configures the legacy (Ollama-shaped) API; off by default.
 	Legacy LegacyConfig
+	// TLSCert and TLSKey (PEM files) serve the client and legacy ports
+	// over TLS 1.2+; both or neither. They reload on ReloadTLS (SIGHUP)
+	// and when the files change (see tls.go).
+	TLSCert, TLSKey string
+	// PeerCert, PeerKey and PeerCA (PEM files) put the RPC port under
+	// mutual TLS: peers must present a certificate from PeerCA and this
+	// node presents PeerCert; all three or none. The cluster secret still
+	// authenticates every call on top. Reloaded like TLSCert.
+	PeerCert, PeerKey, PeerCA string
+	// TLSReloadInterval is how often the certificate files are checked for
+	// changes (default DefaultTLSReloadInterval).
+	TLSReloadInterval time.Duration
 	// Logger is this node's logger; nil means a text logger on stderr.
 	Logger *slog.Logger
 	// Clock returns the time; nil means time.Now.
@@ -191,8 +205,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("cors origin %q: want http(s)://host[:port] or *", o))
 		}
 	}
-	if c.IntraOpThreads < 0 || c.IntraOpThreads > 256 {
-		errs = append(errs, fmt.Errorf("intra-op threads %d: want 0..256", c.IntraOpThreads))
+	if c.IntraOpThreads < -1 || c.IntraOpThreads > 256 {
+		errs = append(errs, fmt.Errorf("intra-op threads %d: want -1 (ONNX Runtime's pool), 0 (auto) or 1..256", c.IntraOpThreads))
 	}
 	if c.BatchMax < 1 || c.BatchMax > 1024 {
 		errs = append(errs, fmt.Errorf("batch max %d: want 1..1024", c.BatchMax))
@@ -263,6 +277,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("pull stall timeout %s: must not be negative", c.PullStallTimeout))
 	}
 	errs = append(errs, c.Legacy.validate()...)
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
 }
 

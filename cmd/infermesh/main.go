@@ -35,6 +35,11 @@ Usage:
   infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N] [--monthly-budget X]
   infermesh keys list | revoke ID  manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
   infermesh policy get | set FILE  read or replace the replicated pool policy (same admin key)
+  infermesh raft peers | remove-peer ID
+                                   show the raft configuration, or remove a dead server (same admin key)
+  infermesh raft recover --data-dir DIR [--node-id ID] --yes
+                                   on a STOPPED node whose cluster lost its majority for good:
+                                   make it the single raft voter (see infermesh raft -h)
   infermesh version                print the version
 `
 
@@ -56,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return keysCmd(args[1:], stdout, stderr)
 	case "policy":
 		return policyCmd(args[1:], stdout, stderr)
+	case "raft":
+		return raftCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "infermesh", version)
 		return 0
@@ -83,7 +90,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.MaxConnsPerClient, "max-conns-per-client", "SERVICE_MAX_CONNS_PER_CLIENT", cfg.MaxConnsPerClient, "open client connections one address may hold (0: no cap; raise it behind a proxy)")
 	f.Bool(&cfg.Dashboard, "dashboard", "SERVICE_DASHBOARD", cfg.Dashboard, "serve /dashboard")
 	f.String(&cfg.ORTLibrary, "ort-library", "SERVICE_ORT_LIBRARY", cfg.ORTLibrary, "path of libonnxruntime.so")
-	f.Int(&cfg.IntraOpThreads, "intra-op-threads", "SERVICE_INTRA_OP_THREADS", cfg.IntraOpThreads, "threads per ONNX Runtime session run (0: runtime default)")
+	f.Int(&cfg.IntraOpThreads, "intra-op-threads", "SERVICE_INTRA_OP_THREADS", cfg.IntraOpThreads, "threads per ONNX Runtime session run (0: per pipeline: embeddings 1 per run and one run per core, others the runtime pool; -1: the runtime pool everywhere)")
 	f.Int(&cfg.BatchMax, "batch-max", "SERVICE_BATCH_MAX", cfg.BatchMax, "largest embeddings batch the dynamic batcher builds (1 disables batching)")
 	f.Duration(&cfg.BatchWait, "batch-wait", "SERVICE_BATCH_WAIT", cfg.BatchWait, "longest the batcher waits to fill a batch")
 	f.Duration(&cfg.DrainTimeout, "drain-timeout", "SERVICE_DRAIN_TIMEOUT", cfg.DrainTimeout, "how long in-flight requests may run after SIGTERM")
@@ -103,6 +110,11 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.List(&cfg.CatalogSources, "catalog-source", "SERVICE_CATALOG_SOURCES", "extra model catalogue: a JSON file path or http(s) URL; repeat or comma-separate; later sources win")
 	f.Int(&cfg.TransferRate, "transfer-rate", "SERVICE_TRANSFER_RATE", cfg.TransferRate, "bytes per second this node sends model files to peers (0: no cap)")
 	f.Duration(&cfg.PullStallTimeout, "pull-stall-timeout", "SERVICE_PULL_STALL_TIMEOUT", cfg.PullStallTimeout, "a pull moves to its next source after receiving nothing this long")
+	f.String(&cfg.TLSCert, "tls-cert", "SERVICE_TLS_CERT", cfg.TLSCert, "PEM certificate (chain) for TLS on the client and legacy ports; reloaded on SIGHUP and when the file changes")
+	f.String(&cfg.TLSKey, "tls-key", "SERVICE_TLS_KEY", cfg.TLSKey, "PEM private key for --tls-cert")
+	f.String(&cfg.PeerCert, "peer-cert", "SERVICE_PEER_CERT", cfg.PeerCert, "PEM certificate this node presents to peers: mutual TLS on the RPC port (with --peer-key and --peer-ca)")
+	f.String(&cfg.PeerKey, "peer-key", "SERVICE_PEER_KEY", cfg.PeerKey, "PEM private key for --peer-cert")
+	f.String(&cfg.PeerCA, "peer-ca", "SERVICE_PEER_CA", cfg.PeerCA, "PEM CA certificate(s) peers' certificates must chain to (a CA dedicated to the mesh)")
 	f.String(logLevel, "log-level", "SERVICE_LOG_LEVEL", *logLevel, "debug, info, warn or error")
 	providerLegacyFlags(f, cfg)
 	return f
@@ -135,6 +147,15 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
 		return 1
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			cfg.Logger.Info("SIGHUP: reloading TLS certificates")
+			_ = n.ReloadTLS() // failures are logged; the old certificates stay
+		}
+	}()
 	select {
 	case sig := <-sigs:
 		cfg.Logger.Info("signal received; draining", "signal", sig.String())

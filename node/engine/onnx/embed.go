@@ -79,7 +79,7 @@ func (r *Runtime) LoadEmbedder(spec engine.Spec) (engine.Embedder, error) {
 	}
 	cfg := r.Config()
 	wait := time.Duration(cfg.MaxWaitMicros) * time.Microsecond
-	e.batcher = newBatcher(cfg.MaxBatch, wait, batchWorkers(cfg.IntraOpThreads), e.infer)
+	e.batcher = newBatcher(cfg.MaxBatch, wait, batchWorkers(r.EmbedThreads()), e.infer)
 	return e, nil
 }
 
@@ -192,7 +192,7 @@ func (e *embedder) openSession(r *Runtime, path, dimsOption string) error {
 	if e.hidden <= 0 {
 		return fmt.Errorf("the model's hidden size is dynamic; set option dimensions")
 	}
-	opts, err := r.SessionOptions()
+	opts, err := r.sessionOptions(r.EmbedThreads())
 	if err != nil {
 		return err
 	}

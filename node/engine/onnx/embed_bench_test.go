@@ -153,3 +153,32 @@ func BenchmarkEmbeddingsBatchCeiling(b *testing.B) {
 		b.ReportMetric(one.Seconds()/many.Seconds(), "x_ceiling")
 	})
 }
+
+// BenchmarkEmbeddingsThreadDefaults compares the node's default thread
+// setting (IntraOpThreads 0: one single-threaded run per core for
+// embeddings) with the old default (ONNX Runtime's pool, one run at a
+// time, now IntraOpThreads -1) under the same closed loop of 16 callers
+// with the dynamic batcher on, on the MiniLM-size model, in one run.
+// x_throughput = new default req/s / old default req/s.
+//
+//	go test -run '^$' -bench EmbeddingsThreadDefaults -benchtime 2000x ./node/engine/onnx
+func BenchmarkEmbeddingsThreadDefaults(b *testing.B) {
+	dir := genBERT(b, "minilm")
+	texts := testTexts(512, 6)
+	load := func(threads int) engine.Embedder {
+		return loadTinyBERT(b, testRuntime(b, Config{
+			MaxBatch: benchMaxBatch, MaxWaitMicros: int(benchMaxWait / time.Microsecond), IntraOpThreads: threads,
+		}), dir, nil)
+	}
+	old, auto := load(-1), load(0)
+	for _, e := range []engine.Embedder{old, auto} {
+		driveLoad(b, e, 4*benchConcurrency, benchConcurrency, texts)
+	}
+	b.ResetTimer()
+	o := driveLoad(b, old, b.N, benchConcurrency, texts)
+	n := driveLoad(b, auto, b.N, benchConcurrency, texts)
+	b.StopTimer()
+	b.ReportMetric(o.reqPerSec, "pool_req/s")
+	b.ReportMetric(n.reqPerSec, "auto_req/s")
+	b.ReportMetric(n.reqPerSec/o.reqPerSec, "x_throughput")
+}
