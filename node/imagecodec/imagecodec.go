@@ -4,9 +4,11 @@
 // hostile request cannot make a node allocate more than the configured limits.
 // Images stay in memory; nothing is written to disk.
 //
-// Formats are chosen by sniffing magic bytes and calling the PNG, JPEG or GIF
-// decoder directly rather than through image.Decode, so importing this
-// package registers nothing in the standard library's global format table.
+// Formats are chosen by sniffing magic bytes and calling the PNG, JPEG, GIF
+// (first frame) or WebP decoder directly rather than through image.Decode,
+// so importing this package registers nothing in the standard library's
+// global format table. A JPEG's EXIF Orientation is applied, so the image
+// comes out upright as a viewer would show it.
 package imagecodec
 
 import (
@@ -20,6 +22,8 @@ import (
 	"image/png"
 	"io"
 	"strings"
+
+	"golang.org/x/image/webp"
 
 	"github.com/infermesh/infermesh/node/engine"
 )
@@ -57,7 +61,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Decode decodes s, plain base64 (standard or URL alphabet, padded or not)
-// or a `data:image/...;base64,` URL, holding a PNG, JPEG or GIF image of at
+// or a `data:image/...;base64,` URL, holding a PNG, JPEG, GIF or WebP image of at
 // most maxBytes bytes (DefaultMaxBytes when <= 0) and DefaultMaxPixels
 // pixels. Caller mistakes are returned as *engine.InputError for "image".
 func Decode(s string, maxBytes int) (image.Image, error) {
@@ -191,9 +195,9 @@ func sniff(data []byte) (format, error) {
 	case hasMagic(data, "GIF87a"), hasMagic(data, "GIF89a"):
 		return format{"GIF", gif.DecodeConfig, gif.Decode}, nil
 	case hasMagic(data, "RIFF") && len(data) >= 12 && string(data[8:12]) == "WEBP":
-		return format{}, inputErr("image is WebP, which is not supported; send PNG, JPEG or GIF")
+		return format{"WebP", webp.DecodeConfig, webp.Decode}, nil
 	}
-	return format{}, inputErr("image format not recognised; send PNG, JPEG or GIF")
+	return format{}, inputErr("image format not recognised; send PNG, JPEG, GIF or WebP")
 }
 
 // decodeImage checks the header's dimensions against maxPixels before
@@ -227,6 +231,10 @@ func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error) (
 	img, err := f.decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, inputErr("image could not be decoded as %s: %v", f.name, err)
+	}
+	if f.name == "JPEG" {
+		// Rotating needs a copy; Cost's working-copy share covers it.
+		img = orient(img, jpegOrientation(data))
 	}
 	b := img.Bounds()
 	if b.Empty() {

@@ -12,6 +12,8 @@ import (
 	"image/gif"
 	"image/jpeg"
 	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -198,7 +200,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many pixels", std, Options{MaxPixels: 64*64 - 1}, "pixel limit"},
 		{"huge header", base64.StdEncoding.EncodeToString(pngHeaderOnly(100_000, 100_000)), Options{}, "pixel limit"},
 		{"zero-size header", base64.StdEncoding.EncodeToString(pngHeaderOnly(0, 10)), Options{}, "could not be decoded as PNG"},
-		{"webp", base64.StdEncoding.EncodeToString(webp), Options{}, "WebP"},
+		{"broken webp", base64.StdEncoding.EncodeToString(webp), Options{}, "could not be decoded as WebP"},
 		{"unknown format", base64.StdEncoding.EncodeToString([]byte("hello, world")), Options{}, "not recognised"},
 		{"truncated png", base64.StdEncoding.EncodeToString(pngData[:len(pngData)/2]), Options{}, "could not be decoded as PNG"},
 		{"truncated jpeg", base64.StdEncoding.EncodeToString(encodeJPEG(t, testImage(64, 64))[:200]), Options{}, "could not be decoded as JPEG"},
@@ -272,7 +274,20 @@ func FuzzDecode(f *testing.F) {
 	_ = jpeg.Encode(&jb, src, nil)
 	_ = gif.Encode(&gb, src, nil)
 	_ = png.Encode(&pb, src)
-	for _, d := range [][]byte{pb.Bytes(), jb.Bytes(), gb.Bytes(), pngHeaderOnly(1<<20, 1<<20), []byte("GIF89a"), []byte("RIFF0000WEBP")} {
+	seeds := [][]byte{pb.Bytes(), jb.Bytes(), gb.Bytes(), pngHeaderOnly(1<<20, 1<<20), []byte("GIF89a"), []byte("RIFF0000WEBP")}
+	// WebP files and JPEGs with EXIF orientations.
+	for _, name := range []string{"gopher-doc.with-alpha.lossless.webp", "video-001.lossy.webp"} {
+		if d, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			seeds = append(seeds, d)
+		} else {
+			f.Fatal(err)
+		}
+	}
+	small := encodeJPEG(f, testImage(12, 9))
+	for _, o := range []uint16{3, 6, 8} {
+		seeds = append(seeds, withSegments(small, exifSegment(o, binary.LittleEndian)), withSegments(small, jfifSegment, exifSegment(o, binary.BigEndian)))
+	}
+	for _, d := range seeds {
 		f.Add(base64.StdEncoding.EncodeToString(d))
 		f.Add("data:image/png;base64," + base64.RawURLEncoding.EncodeToString(d))
 	}

@@ -60,10 +60,18 @@ type detector struct {
 // spec.Files["labels"] a text file of the C class names, one per line, in
 // class order. Options: input_size S (default 512), confidence_threshold
 // (default 0.3), nms_iou (default 0.4) and concurrency, the number of
-// simultaneous runs (default 1).
+// simultaneous runs (default 1). Option "format" selects the network:
+// "centernet" (the default) or "yolov8" / "yolo11" (see LoadYOLO).
 func LoadDetector(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if err := checkTask(spec, engine.TaskObjectDetection); err != nil {
 		return nil, err
+	}
+	switch f := spec.Options["format"]; f {
+	case "", "centernet":
+	case "yolov8", "yolo11":
+		return LoadYOLO(rt, spec)
+	default:
+		return nil, fmt.Errorf("vision: %s: option format=%q: want centernet, yolov8 or yolo11", spec.ID, f)
 	}
 	d, nSlots, err := newDetectorConfig(spec)
 	if err != nil {

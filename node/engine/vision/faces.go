@@ -71,10 +71,19 @@ type faces struct {
 // output global_pooling/Mean f32[B,1024]). Options: input_size N (128 or
 // 256, default 256), confidence_threshold (default 0.5), nms_iou (default
 // 0.3), crop_scale (default 1.3) and concurrency, the number of
-// simultaneous runs per model (default 1).
+// simultaneous runs per model (default 1). Option "format" selects the
+// networks: "blazeface" (the default) or "scrfd" (SCRFD with an optional
+// ArcFace/MobileFaceNet embedder, see LoadSCRFD).
 func LoadFaces(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) {
 	if err := checkTask(spec, engine.TaskFaceDetection); err != nil {
 		return nil, err
+	}
+	switch f := spec.Options["format"]; f {
+	case "", "blazeface":
+	case "scrfd":
+		return LoadSCRFD(rt, spec)
+	default:
+		return nil, fmt.Errorf("vision: %s: option format=%q: want blazeface or scrfd", spec.ID, f)
 	}
 	f, nSlots, err := newFacesConfig(spec)
 	if err != nil {
