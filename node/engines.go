@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +155,14 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				eng, err = vision.LoadDetector(rt, spec)
 			case engine.TaskFaceDetection:
 				eng, err = vision.LoadFaces(rt, spec)
+			case engine.TaskTextRecognition:
+				eng, err = vision.LoadOCR(rt, spec)
+			case engine.TaskImageDescription:
+				if strings.HasPrefix(spec.ID, "onnx/composed-describer/") || spec.Options["format"] == "composed" {
+					eng, err = vision.LoadComposedDescriber(rt, spec)
+				} else {
+					eng, err = vision.LoadFlorence(rt, spec)
+				}
 			case engine.TaskSpeechToText:
 				eng, err = whisper.Load(rt, spec)
 			case engine.TaskVoiceActivity:

@@ -67,11 +67,12 @@ func cosine(a, b []float64) float64 {
 // raw request helper against a node that holds no vision model; a peer
 // serves them on real CenterNet, BlazeFace and FaceRes weights.
 func TestVisionThroughMesh(t *testing.T) {
-	holder := startMeshNode(t, meshNode{id: "vis-a", ip: "127.0.30.1", models: []string{"centernet", "blazeface"}}, "")
+	holder := startMeshNode(t, meshNode{id: "vis-a", ip: "127.0.30.1", models: []string{"centernet", "blazeface", "describer"}}, "")
 	entry := startMeshNode(t, meshNode{id: "vis-b", ip: "127.0.30.2"}, "127.0.30.1:17946")
 	waitMembers(t, []*proc{holder, entry}, 2)
 	waitModel(t, entry, "onnx/centernet/mobilenetv3-coco", "onnx")
 	waitModel(t, entry, "onnx/blazeface/faceres", "onnx")
+	waitModel(t, entry, "onnx/composed-describer/v1", "onnx")
 	cl := entry.client()
 	ctx := context.Background()
 
@@ -180,6 +181,33 @@ func TestVisionThroughMesh(t *testing.T) {
 		}
 	}
 
+	// Description: an editable prompt that names what the models found.
+	describe := func(photo, detail string) string {
+		var out struct {
+			Object, Model, Detail, Prompt string
+		}
+		if err := cl.Post(ctx, "images/describe", map[string]any{"image": dataURL(skimagePhoto(t, photo)), "detail": detail}, &out); err != nil {
+			t.Fatalf("describe %s: %v", photo, err)
+		}
+		if out.Object != "image.description" || out.Model != "onnx/composed-describer/v1" || out.Detail != detail {
+			t.Fatalf("describe envelope: %+v", out)
+		}
+		t.Logf("describe %s (%s): %q", photo, detail, out.Prompt)
+		return strings.ToLower(out.Prompt)
+	}
+	if p := describe("astronaut.png", "detailed"); !strings.Contains(p, "person") {
+		t.Errorf("astronaut description does not mention a person: %q", p)
+	}
+	page := describe("page.png", "more")
+	for _, w := range []string{"histogram", "coins"} {
+		if !strings.Contains(page, w) {
+			t.Errorf("page description lacks the printed word %q: %q", w, page)
+		}
+	}
+	if c, m := describe("coffee.png", "caption"), describe("coffee.png", "more"); len(c) >= len(m) {
+		t.Errorf("caption (%d chars) not shorter than more (%d)", len(c), len(m))
+	}
+
 	// Bad input: each a 4xx naming the field, and the node keeps serving.
 	bad := []struct {
 		path, body, param string
@@ -195,6 +223,8 @@ func TestVisionThroughMesh(t *testing.T) {
 		{"/v1/vision/faces", `{"image":"x","return_embeddings":"yes"}`, "return_embeddings", 400},
 		{"/v1/vision/faces", `{"model":"onnx/centernet/mobilenetv3-coco","image":"` + dataURL(pngOf(t, 8, 8)) + `"}`, "model", 400},
 		{"/v1/vision/faces", `{"model":"nope:1","image":"` + dataURL(pngOf(t, 8, 8)) + `"}`, "model", 404},
+		{"/v1/images/describe", `{"image":"` + dataURL(pngOf(t, 8, 8)) + `","detail":"long"}`, "detail", 400},
+		{"/v1/images/describe", `{"image":"not base64!"}`, "image", 400},
 	}
 	for _, c := range bad {
 		resp, err := http.Post(entry.url(c.path), "application/json", strings.NewReader(c.body))

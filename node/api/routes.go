@@ -82,7 +82,7 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/images/generations", wrap(MaxJSONBody, "", false, s.imagesGenerations))
 	r.Post("/audio/transcriptions", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranscriptions))
 	r.Post("/audio/translations", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranslations))
-	r.Post("/images/describe", wrap(MaxImageBody, "", false, s.jsonModelRoute("image description")))
+	r.Post("/images/describe", wrap(MaxImageBody, string(engine.TaskImageDescription), false, s.imagesDescribe))
 	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.jsonModelRoute("text-to-speech")))
 }
 

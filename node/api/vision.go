@@ -271,3 +271,60 @@ func (s *Server) visionFaces(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 }
+
+// describeRequest is POST /v1/images/describe.
+type describeRequest struct {
+	Model  string `json:"model,omitempty"`
+	Image  string `json:"image"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func parseDescribe(body []byte) (*describeRequest, error) {
+	var req describeRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := checkImageRequest(req.Model, req.Image); err != nil {
+		return nil, err
+	}
+	switch req.Detail {
+	case "":
+		req.Detail = engine.DetailCaption
+	case engine.DetailCaption, engine.DetailDetailed, engine.DetailMore:
+	default:
+		return nil, BadRequest(CodeInvalidValue, "detail", "detail must be caption, detailed or more.")
+	}
+	return &req, nil
+}
+
+// DescriptionResponse is the body of POST /v1/images/describe: an
+// editable text prompt describing the image.
+type DescriptionResponse struct {
+	// Object is "image.description".
+	Object string `json:"object"`
+	// Model is the canonical id of the model that served.
+	Model string `json:"model"`
+	// Detail is the level of detail asked for: caption, detailed or more.
+	Detail string `json:"detail"`
+	// Prompt is the description, ready to edit and use as a prompt.
+	Prompt string `json:"prompt"`
+}
+
+func (s *Server) imagesDescribe(w http.ResponseWriter, r *http.Request) {
+	req, ok := decodeRequest(w, r, MaxImageBody, parseDescribe)
+	if !ok {
+		return
+	}
+	eng, id, ok := s.visionEngine(w, r, engine.TaskImageDescription, req.Model)
+	if !ok {
+		return
+	}
+	s.runOnImage(w, r, req.Image, func(ctx context.Context, img image.Image) error {
+		text, err := eng.(engine.Describer).Describe(ctx, engine.DescribeRequest{Image: img, Detail: req.Detail})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, DescriptionResponse{Object: "image.description", Model: id, Detail: req.Detail, Prompt: text})
+		return nil
+	})
+}
