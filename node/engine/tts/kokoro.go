@@ -1,0 +1,345 @@
+package tts
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/onnx"
+)
+
+// Kokoro-82M constants.
+const (
+	// KokoroSampleRate is the rate of Kokoro's waveform output, in Hz.
+	KokoroSampleRate = 24000
+	// kokoroMaxPhonemes is the most phonemes one run takes (the model's
+	// 512 positions less the two pads).
+	kokoroMaxPhonemes = 510
+	// kokoroStyleDim is the width of a style vector; a voice file holds
+	// kokoroStyleRows of them, row n for an input of n phonemes.
+	kokoroStyleDim  = 256
+	kokoroStyleRows = 510
+)
+
+// kokoroLang is what a voice-name prefix (or a request's Language) selects.
+type kokoroLang struct {
+	code    string // the Voice.Language reported, e.g. "en-us"
+	espeak  string // espeak-ng voice
+	english bool   // apply the English-only phoneme mappings
+}
+
+// kokoroLangs maps Kokoro's one-letter language prefixes to espeak-ng
+// voices. Japanese (j) and Mandarin (z) voices need a G2P other than
+// espeak-ng (misaki) and are not offered.
+var kokoroLangs = map[byte]kokoroLang{
+	'a': {"en-us", "en-us", true},
+	'b': {"en-gb", "en-gb", true},
+	'e': {"es", "es", false},
+	'f': {"fr-fr", "fr-fr", false},
+	'h': {"hi", "hi", false},
+	'i': {"it", "it", false},
+	'p': {"pt-br", "pt-br", false},
+}
+
+// languageAliases maps accepted SpeechRequest.Language values to a prefix.
+var languageAliases = map[string]byte{
+	"en": 'a', "en-us": 'a', "en-gb": 'b', "es": 'e', "es-es": 'e', "fr": 'f', "fr-fr": 'f',
+	"hi": 'h', "hi-in": 'h', "it": 'i', "it-it": 'i', "pt": 'p', "pt-br": 'p',
+}
+
+// Kokoro is the Kokoro-82M text-to-speech pipeline: espeak-ng G2P, the
+// model's IPA vocabulary, one ONNX run per sentence (input_ids i64[1,T]
+// padded with 0 at both ends, style f32[1,256] taken from the voice's table
+// at the phoneme count, speed f32[1]) giving waveform f32[1,S] at 24 kHz.
+type Kokoro struct {
+	id           string
+	m            *model
+	vocab        map[rune]int64
+	voices       []engine.Voice
+	styles       map[string][]float32 // voice id -> [510*256]
+	defaultVoice string
+}
+
+// LoadKokoro loads Kokoro-82M from spec.Dir. spec.Files names "model" (the
+// ONNX file), "voices" (a folder of <voice>.bin style tables, 510x256
+// float32 little-endian each; voices of languages without an espeak-ng G2P
+// are skipped) and "tokenizer" (tokenizer.json with the phoneme
+// vocabulary). spec.Options: "default_voice" (default af_heart when
+// present, else the first voice) and "concurrency" (simultaneous model
+// runs, default 1).
+func LoadKokoro(rt *onnx.Runtime, spec engine.Spec) (engine.Speaker, error) {
+	return loadKokoro(rt, spec)
+}
+
+func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
+	wrap := func(err error) error { return fmt.Errorf("tts: %s: %w", spec.ID, err) }
+	if rt == nil {
+		return nil, wrap(fmt.Errorf("no runtime"))
+	}
+	if spec.Task != "" && spec.Task != engine.TaskTextToSpeech && spec.Task != engine.TaskVoiceCloning {
+		return nil, wrap(fmt.Errorf("task %q is not %q", spec.Task, engine.TaskTextToSpeech))
+	}
+	for _, role := range []string{"model", "voices", "tokenizer"} {
+		if spec.Files[role] == "" {
+			return nil, wrap(fmt.Errorf("spec names no %q file", role))
+		}
+	}
+	n, err := intOption(spec.Options, "concurrency", 1, 1, maxRuns)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	vocab, err := loadKokoroVocab(filepath.Join(spec.Dir, spec.Files["tokenizer"]))
+	if err != nil {
+		return nil, wrap(err)
+	}
+	k := &Kokoro{id: spec.ID, vocab: vocab, styles: map[string][]float32{}}
+	if err := k.loadVoices(filepath.Join(spec.Dir, spec.Files["voices"])); err != nil {
+		return nil, wrap(err)
+	}
+	k.defaultVoice = k.voices[0].ID
+	if _, ok := k.styles["af_heart"]; ok {
+		k.defaultVoice = "af_heart"
+	}
+	if v := spec.Options["default_voice"]; v != "" {
+		if _, ok := k.styles[v]; !ok {
+			return nil, wrap(fmt.Errorf("option default_voice=%q: no such voice", v))
+		}
+		k.defaultVoice = v
+	}
+	// The default voice is listed first.
+	sort.SliceStable(k.voices, func(i, j int) bool { return k.voices[i].ID == k.defaultVoice && k.voices[j].ID != k.defaultVoice })
+	path := filepath.Join(spec.Dir, spec.Files["model"])
+	ins, outs, err := modelIO(path)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if err := requireIO("input", ins, map[string]ort.TensorElementDataType{
+		"input_ids": ort.TensorElementDataTypeInt64, "style": ort.TensorElementDataTypeFloat, "speed": ort.TensorElementDataTypeFloat,
+	}); err != nil {
+		return nil, wrap(err)
+	}
+	if err := requireIO("output", outs, map[string]ort.TensorElementDataType{"waveform": ort.TensorElementDataTypeFloat}); err != nil {
+		return nil, wrap(err)
+	}
+	if k.m, err = openModel(rt, spec.ID, path, []string{"input_ids", "style", "speed"}, []string{"waveform"}, n); err != nil {
+		return nil, wrap(err)
+	}
+	return k, nil
+}
+
+// intOption parses options[key] as an integer in [lo, hi], or returns def.
+func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
+	s, ok := options[key]
+	if !ok || s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
+	}
+	return v, nil
+}
+
+// loadKokoroVocab reads model.vocab of a tokenizer.json: one IPA symbol
+// (a single rune) per id.
+func loadKokoroVocab(path string) (map[rune]int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	var tj struct {
+		Model struct {
+			Vocab map[string]int64 `json:"vocab"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(data, &tj); err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
+	}
+	vocab := map[rune]int64{}
+	for s, id := range tj.Model.Vocab {
+		rs := []rune(s)
+		if len(rs) != 1 {
+			return nil, fmt.Errorf("tokenizer %s: vocabulary entry %q is not one symbol", path, s)
+		}
+		vocab[rs[0]] = id
+	}
+	if len(vocab) < 50 {
+		return nil, fmt.Errorf("tokenizer %s: vocabulary has %d symbols, want Kokoro's phoneme set", path, len(vocab))
+	}
+	return vocab, nil
+}
+
+// loadVoices reads every <id>.bin of dir whose language has a G2P.
+func (k *Kokoro) loadVoices(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("voices: %w", err)
+	}
+	want := kokoroStyleRows * kokoroStyleDim * 4
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".bin")
+		if !ok || len(name) < 3 || name[2] != '_' {
+			continue
+		}
+		lang, ok := kokoroLangs[name[0]]
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("voice %s: %w", name, err)
+		}
+		if len(data) != want {
+			return fmt.Errorf("voice %s: %d bytes, want %d (510x256 float32)", name, len(data), want)
+		}
+		style := make([]float32, kokoroStyleRows*kokoroStyleDim)
+		for i := range style {
+			style[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+		}
+		gender := map[byte]string{'f': "female", 'm': "male"}[name[1]]
+		k.voices = append(k.voices, engine.Voice{ID: name, Language: lang.code, Gender: gender})
+		k.styles[name] = style
+	}
+	if len(k.voices) == 0 {
+		return fmt.Errorf("voices: no usable <voice>.bin in %s", dir)
+	}
+	sort.Slice(k.voices, func(i, j int) bool { return k.voices[i].ID < k.voices[j].ID })
+	return nil
+}
+
+// ID returns the canonical model id.
+func (k *Kokoro) ID() string { return k.id }
+
+// Voices lists the voices, the default first.
+func (k *Kokoro) Voices() []engine.Voice { return append([]engine.Voice(nil), k.voices...) }
+
+// SampleRate is 24000.
+func (k *Kokoro) SampleRate() int { return KokoroSampleRate }
+
+// Close waits for runs in flight and releases the session.
+func (k *Kokoro) Close() error { return k.m.close() }
+
+// resolve checks req and returns the voice's style table, language and speed.
+func (k *Kokoro) resolve(req engine.SpeechRequest) ([]float32, kokoroLang, float32, error) {
+	speed, err := checkText(req.Text, req.Speed)
+	if err != nil {
+		return nil, kokoroLang{}, 0, err
+	}
+	voice := req.Voice
+	if voice == "" {
+		voice = k.defaultVoice
+	}
+	style, ok := k.styles[voice]
+	if !ok {
+		return nil, kokoroLang{}, 0, &engine.InputError{Param: "voice", Msg: fmt.Sprintf("unknown voice %q", req.Voice)}
+	}
+	lang := kokoroLangs[voice[0]]
+	if req.Language != "" {
+		p, ok := languageAliases[strings.ToLower(strings.ReplaceAll(req.Language, "_", "-"))]
+		if !ok {
+			return nil, kokoroLang{}, 0, &engine.InputError{Param: "language", Msg: fmt.Sprintf("unsupported language %q", req.Language)}
+		}
+		lang = kokoroLangs[p]
+	}
+	return style, lang, speed, nil
+}
+
+// Synthesize speaks req.Text sentence by sentence; see engine.Speaker.
+func (k *Kokoro) Synthesize(ctx context.Context, req engine.SpeechRequest, emit func(pcm []float32) error) error {
+	style, lang, speed, err := k.resolve(req)
+	if err != nil {
+		return err
+	}
+	return k.synthesize(ctx, req.Text, style, lang, speed, emit)
+}
+
+func (k *Kokoro) synthesize(ctx context.Context, text string, style []float32, lang kokoroLang, speed float32, emit func([]float32) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := prepareAhead(ctx, splitSentences(text), func(ctx context.Context, s string) ([]unit, error) {
+		return k.sentenceUnits(ctx, s, lang)
+	})
+	return speak(ctx, ch, KokoroSampleRate, speed, func(ctx context.Context, u unit) ([]float32, error) {
+		return k.run(ctx, u.ids, style, speed)
+	}, emit)
+}
+
+// sentenceUnits phonemizes one sentence and cuts it into runs of at most
+// kokoroMaxPhonemes.
+func (k *Kokoro) sentenceUnits(ctx context.Context, s string, lang kokoroLang) ([]unit, error) {
+	ipa, err := phonemizePieces(ctx, lang.espeak, splitPieces(prenormalize(s, lang.english)))
+	if err != nil {
+		return nil, err
+	}
+	ph := k.normalize(ipa, lang.english)
+	parts := splitRunes([]rune(ph), kokoroMaxPhonemes)
+	us := make([]unit, 0, len(parts))
+	for i, p := range parts {
+		ids := make([]int64, len(p))
+		for j, r := range p {
+			ids[j] = k.vocab[r]
+		}
+		us = append(us, unit{ids: ids, sentenceEnd: i == len(parts)-1})
+	}
+	return us, nil
+}
+
+// Phonemes returns the Kokoro phoneme string for text in the given voice's
+// language, as it is fed to the model (sentences joined by spaces). It is
+// meant for inspection and benchmarks.
+func (k *Kokoro) Phonemes(ctx context.Context, text, voice string) (string, error) {
+	_, lang, _, err := k.resolve(engine.SpeechRequest{Text: text, Voice: voice})
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	for _, s := range splitSentences(text) {
+		ipa, err := phonemizePieces(ctx, lang.espeak, splitPieces(prenormalize(s, lang.english)))
+		if err != nil {
+			return "", err
+		}
+		out = append(out, k.normalize(ipa, lang.english))
+	}
+	return strings.Join(out, " "), nil
+}
+
+// run makes one model call on ids (without pads).
+func (k *Kokoro) run(ctx context.Context, ids []int64, voice []float32, speed float32) ([]float32, error) {
+	n := len(ids)
+	if n == 0 {
+		return nil, nil
+	}
+	padded := make([]int64, n+2)
+	copy(padded[1:], ids)
+	row := min(n, kokoroStyleRows-1)
+	style := append([]float32(nil), voice[row*kokoroStyleDim:(row+1)*kokoroStyleDim]...)
+	var in tensors
+	defer in.destroyAll()
+	if err := in.i64(ort.NewShape(1, int64(n+2)), padded); err != nil {
+		return nil, err
+	}
+	if err := in.f32(ort.NewShape(1, kokoroStyleDim), style); err != nil {
+		return nil, err
+	}
+	if err := in.f32(ort.NewShape(1), []float32{speed}); err != nil {
+		return nil, err
+	}
+	out, _, err := k.m.run(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
