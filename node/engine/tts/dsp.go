@@ -132,3 +132,12 @@ func fft(a []complex128) {
 		}
 	}
 }
+
+// rms is the root mean square of x (0 for no samples).
+func rms(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s / float64(max(len(x), 1)))
+}

@@ -3,7 +3,6 @@ package tts
 import (
 	"context"
 	"errors"
-	"math"
 	"strings"
 	"testing"
 
@@ -44,14 +43,6 @@ func synthAll(t testing.TB, s engine.Speaker, req engine.SpeechRequest) ([]float
 		t.Fatalf("Synthesize(%q): %v", req.Text, err)
 	}
 	return pcm, chunks
-}
-
-func rms(x []float32) float64 {
-	var s float64
-	for _, v := range x {
-		s += float64(v) * float64(v)
-	}
-	return math.Sqrt(s / float64(max(len(x), 1)))
 }
 
 func TestKokoroVoices(t *testing.T) {
