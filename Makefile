@@ -23,13 +23,14 @@ assets: deps
 	scripts/assets.sh
 	scripts/assets-vision.sh
 	scripts/assets-audio.sh
+	scripts/assets-tts.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
 # models installed into ./data.
 run: build assets
-	@for m in isnet tiny-bert tiny-llama centernet blazeface whisper-base; do \
+	@for m in isnet tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
 	$(BIN) serve --data-dir $(DATA)

@@ -15,6 +15,7 @@ import (
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/onnx"
+	"github.com/infermesh/infermesh/node/engine/tts"
 	"github.com/infermesh/infermesh/node/engine/upstream"
 	"github.com/infermesh/infermesh/node/engine/vision"
 	"github.com/infermesh/infermesh/node/engine/whisper"
@@ -163,6 +164,14 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				} else {
 					eng, err = vision.LoadFlorence(rt, spec)
 				}
+			case engine.TaskTextToSpeech:
+				if spec.Options["format"] == "piper" {
+					eng, err = tts.LoadPiper(rt, spec)
+				} else {
+					eng, err = tts.LoadKokoro(rt, spec)
+				}
+			case engine.TaskVoiceCloning:
+				eng, err = tts.LoadCloner(rt, spec)
 			case engine.TaskSpeechToText:
 				eng, err = whisper.Load(rt, spec)
 			case engine.TaskVoiceActivity:

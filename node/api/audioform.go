@@ -101,12 +101,31 @@ func parseAudioForm(body []byte, contentType, fileField string) (*audioForm, err
 }
 
 // peekForm finds the model and stream flag of a multipart request for
-// routing; the serving node parses the form again in full.
+// routing, skipping every other part; the serving node parses the form in
+// full.
 func peekForm(body []byte, contentType string) (model string, stream bool) {
-	f, err := parseAudioForm(body, contentType, "file")
+	boundary, err := multipartBoundary(contentType)
 	if err != nil {
 		return "", false
 	}
-	b, _ := strconv.ParseBool(strings.TrimSpace(f.value("stream")))
-	return strings.TrimSpace(f.value("model")), b
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for n := 0; n < maxFormParts; n++ {
+		p, err := mr.NextPart()
+		if err != nil {
+			break
+		}
+		switch p.FormName() {
+		case "model", "stream":
+			v, err := io.ReadAll(io.LimitReader(p, 1024))
+			if err != nil {
+				return "", false
+			}
+			if p.FormName() == "model" {
+				model = strings.TrimSpace(string(v))
+			} else {
+				stream, _ = strconv.ParseBool(strings.TrimSpace(string(v)))
+			}
+		}
+	}
+	return model, stream
 }

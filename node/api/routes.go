@@ -43,7 +43,6 @@ func (s *Server) routes() chi.Router {
 		r.Get("/batch/embeddings", s.listBatches)
 		r.Get("/batch/embeddings/{id}", s.getBatch)
 		r.Delete("/batch/embeddings/{id}", s.cancelBatch)
-		r.Post("/audio/clone", s.formModelRoute("voice cloning", "reference_audio"))
 		r.Get("/audio/transcriptions/stream", s.queryModelRoute("live speech-to-text"))
 
 		s.hubRoutes(r)
@@ -83,7 +82,9 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/audio/transcriptions", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranscriptions))
 	r.Post("/audio/translations", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranslations))
 	r.Post("/images/describe", wrap(MaxImageBody, string(engine.TaskImageDescription), false, s.imagesDescribe))
-	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.jsonModelRoute("text-to-speech")))
+	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.audioSpeech))
+	r.Get("/audio/voices", wrap(MaxJSONBody, "", true, s.audioVoices))
+	r.Post("/audio/clone", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioClone))
 }
 
 // localRoutes is the router behind LocalHandler: model routes only, no
@@ -116,9 +117,12 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var model string
 		var stream bool
-		if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+		switch {
+		case strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/"):
 			model, stream = peekForm(body, r.Header.Get("Content-Type"))
-		} else {
+		case len(body) == 0 && r.Method == http.MethodGet:
+			model = r.URL.Query().Get("model") // GET routes name the model in the query
+		default:
 			model, stream, _ = peekRoute(body)
 		}
 		if model == "" && defaultTask != "" {

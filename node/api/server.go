@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/infermesh/infermesh/node/audioenc"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/imagecodec"
 )
@@ -198,6 +199,7 @@ type Server struct {
 	bodies  *bodyBudget
 	bodyLim BodyLimits
 	images  *imagecodec.Budget
+	audio   *audioenc.Encoder
 }
 
 // New builds the API router.
@@ -209,6 +211,7 @@ func New(opt Options) *Server {
 	s.bodyLim = opt.Bodies.withDefaults()
 	s.bodies = &bodyBudget{max: s.bodyLim.Budget}
 	s.images = imagecodec.NewBudget(opt.ImageBudget)
+	s.audio = audioenc.New()
 	s.router = s.routes()
 	s.local = s.localRoutes()
 	return s

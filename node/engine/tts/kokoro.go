@@ -89,10 +89,14 @@ func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
 	if spec.Task != "" && spec.Task != engine.TaskTextToSpeech && spec.Task != engine.TaskVoiceCloning {
 		return nil, wrap(fmt.Errorf("task %q is not %q", spec.Task, engine.TaskTextToSpeech))
 	}
-	for _, role := range []string{"model", "voices", "tokenizer"} {
+	for _, role := range []string{"model", "tokenizer"} {
 		if spec.Files[role] == "" {
 			return nil, wrap(fmt.Errorf("spec names no %q file", role))
 		}
+	}
+	voiceFiles, err := kokoroVoiceFiles(spec)
+	if err != nil {
+		return nil, wrap(err)
 	}
 	n, err := intOption(spec.Options, "concurrency", 1, 1, maxRuns)
 	if err != nil {
@@ -103,7 +107,7 @@ func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
 		return nil, wrap(err)
 	}
 	k := &Kokoro{id: spec.ID, vocab: vocab, styles: map[string][]float32{}}
-	if err := k.loadVoices(filepath.Join(spec.Dir, spec.Files["voices"])); err != nil {
+	if err := k.loadVoices(voiceFiles); err != nil {
 		return nil, wrap(err)
 	}
 	k.defaultVoice = k.voices[0].ID
@@ -179,23 +183,51 @@ func loadKokoroVocab(path string) (map[rune]int64, error) {
 	return vocab, nil
 }
 
-// loadVoices reads every <id>.bin of dir whose language has a G2P.
-func (k *Kokoro) loadVoices(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("voices: %w", err)
+// kokoroVoiceFiles lists a spec's voice style tables, voice id to path:
+// the "voice.<id>" roles of an installed model (the store keeps plain
+// files only), or every <id>.bin of the folder named by the "voices" role.
+func kokoroVoiceFiles(spec engine.Spec) (map[string]string, error) {
+	out := map[string]string{}
+	for role, f := range spec.Files {
+		if id, ok := strings.CutPrefix(role, "voice."); ok {
+			out[id] = filepath.Join(spec.Dir, f)
+		}
 	}
+	if dir := spec.Files["voices"]; dir != "" {
+		entries, err := os.ReadDir(filepath.Join(spec.Dir, dir))
+		if err != nil {
+			return nil, fmt.Errorf("voices: %w", err)
+		}
+		for _, e := range entries {
+			if id, ok := strings.CutSuffix(e.Name(), ".bin"); ok {
+				out[id] = filepath.Join(spec.Dir, dir, e.Name())
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf(`spec names no voices ("voice.<id>" files or a "voices" folder)`)
+	}
+	return out, nil
+}
+
+// loadVoices reads the style table of every voice whose language has a
+// G2P, in voice id order.
+func (k *Kokoro) loadVoices(files map[string]string) error {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
 	want := kokoroStyleRows * kokoroStyleDim * 4
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".bin")
-		if !ok || len(name) < 3 || name[2] != '_' {
+	for _, name := range names {
+		if len(name) < 3 || name[2] != '_' {
 			continue
 		}
 		lang, ok := kokoroLangs[name[0]]
 		if !ok {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		data, err := os.ReadFile(files[name])
 		if err != nil {
 			return fmt.Errorf("voice %s: %w", name, err)
 		}
@@ -211,7 +243,7 @@ func (k *Kokoro) loadVoices(dir string) error {
 		k.styles[name] = style
 	}
 	if len(k.voices) == 0 {
-		return fmt.Errorf("voices: no usable <voice>.bin in %s", dir)
+		return fmt.Errorf("voices: none of the %d voice files is usable", len(files))
 	}
 	sort.Slice(k.voices, func(i, j int) bool { return k.voices[i].ID < k.voices[j].ID })
 	return nil
