@@ -28,51 +28,6 @@ func (s *Server) resolveForTask(w http.ResponseWriter, model, what string) {
 		fmt.Sprintf("Model %s (%s) does not serve %s.", m.ID, m.Task, what)))
 }
 
-// jsonModelRoute serves a JSON route whose engine is not available on this
-// node: it validates the body and the model field, then resolves the model.
-func (s *Server) jsonModelRoute(what string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := readBody(r, MaxImageBody)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		if _, err := peekObject(body); err != nil {
-			writeErr(w, err)
-			return
-		}
-		model, err := peekModel(body)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		s.resolveForTask(w, model, what)
-	}
-}
-
-// formModelRoute is jsonModelRoute for multipart/form-data uploads; the
-// form is parsed in memory (nothing is written to disk).
-func (s *Server) formModelRoute(what, fileField string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := readBody(r, MaxAudioFileBytes+1<<20)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		f, err := parseAudioForm(body, r.Header.Get("Content-Type"), fileField)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		model := f.value("model")
-		if model == "" {
-			WriteError(w, BadRequest(CodeMissingParam, "model", "You must provide a model parameter."))
-			return
-		}
-		s.resolveForTask(w, model, what)
-	}
-}
-
 // queryModelRoute is for the WebSocket route, whose model is a query parameter.
 func (s *Server) queryModelRoute(what string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
