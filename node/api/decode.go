@@ -108,14 +108,8 @@ func goTypeName(t string) string {
 	return "a different type"
 }
 
-// peekModel reads the top-level "model" string of a JSON body without
-// decoding the rest; used for routing and for routes without an engine yet.
-func peekModel(body []byte) (string, error) {
-	model, _, err := peekRoute(body)
-	return model, err
-}
-
-// peekRoute is peekModel that also reports whether the body asks for
+// peekRoute reads the top-level "model" string of a JSON body without
+// decoding the rest, for routing, and reports whether the body asks for
 // server-sent events: a top-level "stream" that is literally true. Anything
 // else (absent, false, malformed) means a one-piece response, which is also
 // what a handler refusing the body answers with.

@@ -82,11 +82,11 @@ func FuzzParseEmbeddings(f *testing.F) {
 }
 
 func TestPeekModel(t *testing.T) {
-	if m, err := peekModel([]byte(`{"model":"a:b","messages":[]}`)); err != nil || m != "a:b" {
+	if m, _, err := peekRoute([]byte(`{"model":"a:b","messages":[]}`)); err != nil || m != "a:b" {
 		t.Fatalf("%q %v", m, err)
 	}
 	for _, b := range []string{`{}`, `{"model":1}`, `{"model":""}`, `nope`} {
-		if _, err := peekModel([]byte(b)); err == nil {
+		if _, _, err := peekRoute([]byte(b)); err == nil {
 			t.Errorf("%s accepted", b)
 		}
 	}

@@ -1,19 +1,9 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 )
-
-// peekObject checks that body is one JSON object.
-func peekObject(body []byte) (map[string]json.RawMessage, error) {
-	var v map[string]json.RawMessage
-	if err := decodeStrict(body, &v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
 
 // resolveForTask answers for routes whose engine this node does not have:
 // an unknown model is 404 model_not_found (the spec's "no engine" answer); a
