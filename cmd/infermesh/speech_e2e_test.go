@@ -280,9 +280,9 @@ func TestVoiceCloneThroughMesh(t *testing.T) {
 		t.Fatalf("JSON clone: %d %.100q", jr.StatusCode, flac)
 	}
 	// Bad requests: each a clear 4xx naming the field.
-	long := make([]byte, 0)
+	var long []byte
 	{
-		var b bytes.Buffer // a 40 s WAV of silence-free noise-less tone
+		var b bytes.Buffer // a 40 s WAV of a square tone
 		n := 40 * 16000
 		b.WriteString("RIFF")
 		binary.Write(&b, binary.LittleEndian, uint32(36+2*n))
