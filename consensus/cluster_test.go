@@ -120,12 +120,10 @@ func TestLeaderLeavesGracefully(t *testing.T) {
 	c.Apply(c.Leader(), createKey("sk-1", 0))
 	old := c.Leader().ID
 	c.Leave(old)
-	var rest []string
-	for _, p := range c.Running() {
-		rest = append(rest, p.ID)
-	}
-	c.WaitServers(rest, nil)
-	if c.Leader().ID == old {
+	// Two servers remain: one voter (the new leader) and one non-voter,
+	// never two voters.
+	voters, _ := c.WaitCounts(1, 1)
+	if voters[0] != c.Leader().ID || voters[0] == old {
 		t.Fatal("the departed node still leads")
 	}
 	for _, p := range c.Running() {

@@ -10,6 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/infermesh/infermesh/consensus/rpcmux"
 )
 
 // Defaults for Config fields left zero.
@@ -106,14 +108,23 @@ type Config struct {
 	// DialRaft opens an outbound raft connection; nil uses rpcmux.DialRaft
 	// with ClusterSecret (the raft handshake).
 	DialRaft func(addr string, timeout time.Duration) (net.Conn, error)
-	// HTTPClient carries forwarded Apply calls; nil uses rpcmux.NewClient.
+	// HTTPClient carries forwarded Apply calls; nil uses rpcmux.NewClient
+	// (rpcmux.NewPeerClient under PeerTLS).
 	HTTPClient *http.Client
+	// PeerTLS, when set, puts this node's outbound raft connections and
+	// forwarded calls under mutual TLS (the default DialRaft and
+	// HTTPClient use it); the RaftListener's mux must use the same one
+	// (rpcmux.WithPeerTLS). The cluster secret stays required on top.
+	PeerTLS *rpcmux.PeerTLS
 
 	// Join is true when the node was started with join addresses. A joining
 	// node never bootstraps; the leader adds it when the mesh reports it.
 	Join bool
-	// Voters is the target number of voters, 3 or 5 (default 3). A single
-	// bootstrapped node is a voter regardless.
+	// Voters is the largest number of voters, 3 or 5 (default 3). The
+	// leader keeps the voter count odd: joining nodes start as non-voters
+	// and are promoted two at a time (1 → 3 → 5) while enough alive
+	// servers exist, so a two-server cluster has one voter and one
+	// non-voter (see reconcile).
 	Voters int
 	// ReapTimeout is how long a failed server stays in the raft
 	// configuration before the leader removes it (default 5m).

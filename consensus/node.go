@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,6 +32,7 @@ type Node struct {
 	members    *memberTable
 	metrics    *metrics
 	fwd        *forwarder
+	ownedHTTP  *http.Client // the peer-TLS client New built, closed with the node
 
 	reconcileCh chan struct{}
 	shutdownCh  chan struct{}
@@ -75,6 +77,10 @@ func New(c Config) (*Node, error) {
 	if n.metrics, err = newMetrics(cfg.Registerer, n); err != nil {
 		return fail(fmt.Errorf("consensus: metrics: %w", err))
 	}
+	if cfg.HTTPClient == nil && cfg.PeerTLS != nil {
+		cfg.HTTPClient = rpcmux.NewPeerClient(2*time.Second, cfg.PeerTLS)
+		n.ownedHTTP = cfg.HTTPClient
+	}
 	n.fwd = newForwarder(cfg)
 
 	hcl := newHCLog(logger, "raft")
@@ -85,7 +91,7 @@ func New(c Config) (*Node, error) {
 	dial := cfg.DialRaft
 	if dial == nil {
 		dial = func(addr string, timeout time.Duration) (net.Conn, error) {
-			return rpcmux.DialRaft(addr, cfg.ClusterSecret, timeout)
+			return rpcmux.DialRaftTLS(addr, cfg.ClusterSecret, cfg.PeerTLS, timeout)
 		}
 	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
@@ -281,6 +287,9 @@ func (n *Node) Close() error {
 		n.closeErr = n.raft.Shutdown().Error()
 		n.wg.Wait()
 		n.fwd.close()
+		if n.ownedHTTP != nil {
+			n.ownedHTTP.CloseIdleConnections()
+		}
 		if err := n.store.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = err
 		}

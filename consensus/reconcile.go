@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -98,12 +99,26 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// reconcile makes raft's configuration follow membership, in this order:
-// remove servers that left, or failed longer than ReapTimeout ago (never
-// this node); promote alive non-voters while there are fewer than Voters
-// voters; add alive members not in the configuration, as voters while
-// there are fewer than Voters, else as non-voters. Ids are visited in
-// sorted order.
+// reconcile makes raft's configuration follow membership, in this order
+// (ids visited in sorted order):
+//
+//  1. remove servers that left, or failed longer than ReapTimeout ago
+//     (never this node);
+//  2. add alive members that are not servers, always as non-voters;
+//  3. keep the voter count odd: the target is the largest odd number not
+//     above Voters nor above voters + alive non-voters; promote alive
+//     non-voters up to it (two at a time: 1 → 3 → 5), and when the count
+//     is even with nobody to promote (a voter was removed), demote one
+//     voter other than this node, a failed one first.
+//
+// So a cluster never sits with two voters, where losing either one stops
+// every write for good: two servers are one voter and one non-voter, and
+// losing the non-voter changes nothing. The price is that a two-node mesh
+// depends on its one voter (losing it stops writes until it returns, or
+// until `infermesh raft recover` on the survivor). A failed voter awaiting
+// its reap still counts, so a flapping node causes no promotions or
+// demotions; more voters than Voters (after lowering it) are not demoted
+// beyond restoring an odd count.
 //
 // A member that comes back on another address keeps its old address in the
 // configuration: raft dials peers through the member table by id
@@ -144,66 +159,93 @@ func (n *Node) reconcile() error {
 		}
 	}
 
-	voters := 0
-	for _, s := range current {
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
-	}
 	alive := func(id string) (memberEntry, bool) {
 		e, ok := members[id]
 		return e, ok && e.status == MemberAlive && e.addr != ""
 	}
-	for _, s := range servers {
-		cur, in := current[string(s.ID)]
-		if !in || cur.Suffrage == raft.Voter || voters >= n.cfg.Voters {
-			continue
-		}
-		e, ok := alive(string(s.ID))
-		if !ok {
-			continue
-		}
-		if err := n.changeConfig("promote", string(s.ID), e.addr, func() raft.IndexFuture {
-			return n.raft.AddVoter(s.ID, raft.ServerAddress(e.addr), 0, n.cfg.ApplyTimeout)
-		}); err != nil {
-			return err
-		}
-		cur.Suffrage, cur.Address = raft.Voter, raft.ServerAddress(e.addr)
-		current[string(s.ID)] = cur
-		voters++
-	}
-
-	ids := make([]string, 0, len(members))
-	for id := range members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(members)) {
 		e, ok := alive(id)
-		if !ok {
+		if _, in := current[id]; in || !ok {
 			continue
 		}
 		sid, addr := raft.ServerID(id), raft.ServerAddress(e.addr)
-		if _, in := current[id]; in {
-			continue
+		if err := n.changeConfig("add_nonvoter", id, e.addr, func() raft.IndexFuture {
+			return n.raft.AddNonvoter(sid, addr, 0, n.cfg.ApplyTimeout)
+		}); err != nil {
+			return err
 		}
+		current[id] = raft.Server{Suffrage: raft.Nonvoter, ID: sid, Address: addr}
+	}
+	return n.balanceVoters(current, alive)
+}
+
+// balanceVoters is step 3 of reconcile: promote alive non-voters up to the
+// odd target, or demote one voter when the count is even and nobody can be
+// promoted.
+func (n *Node) balanceVoters(current map[string]raft.Server, alive func(string) (memberEntry, bool)) error {
+	voters := 0
+	var candidates, demotable, failedVoters []string
+	for _, id := range slices.Sorted(maps.Keys(current)) {
+		s := current[id]
+		_, ok := alive(id)
 		switch {
-		case voters < n.cfg.Voters:
-			if err := n.changeConfig("add_voter", id, e.addr, func() raft.IndexFuture {
+		case s.Suffrage == raft.Voter:
+			voters++
+			if id == n.cfg.NodeID {
+				continue
+			}
+			if ok {
+				demotable = append(demotable, id)
+			} else {
+				failedVoters = append(failedVoters, id)
+			}
+		case ok:
+			candidates = append(candidates, id)
+		}
+	}
+	target := VoterTarget(n.cfg.Voters, voters+len(candidates))
+	switch {
+	case target > voters:
+		for _, id := range candidates[:target-voters] {
+			e, _ := alive(id)
+			sid, addr := raft.ServerID(id), raft.ServerAddress(e.addr)
+			if err := n.changeConfig("promote", id, e.addr, func() raft.IndexFuture {
 				return n.raft.AddVoter(sid, addr, 0, n.cfg.ApplyTimeout)
 			}); err != nil {
 				return err
 			}
-			voters++
-		default:
-			if err := n.changeConfig("add_nonvoter", id, e.addr, func() raft.IndexFuture {
-				return n.raft.AddNonvoter(sid, addr, 0, n.cfg.ApplyTimeout)
-			}); err != nil {
-				return err
-			}
 		}
+	case voters%2 == 0 && target < voters:
+		// Prefer a voter that is down (it cannot vote anyway), else the
+		// alive one with the highest id.
+		victim := ""
+		if len(failedVoters) > 0 {
+			victim = failedVoters[0]
+		} else if len(demotable) > 0 {
+			victim = demotable[len(demotable)-1]
+		}
+		if victim == "" {
+			return nil
+		}
+		return n.changeConfig("demote", victim, "", func() raft.IndexFuture {
+			return n.raft.DemoteVoter(raft.ServerID(victim), 0, n.cfg.ApplyTimeout)
+		})
 	}
 	return nil
+}
+
+// VoterTarget is the number of voters the leader aims for with at most
+// maxVoters voters and eligible servers (current voters plus alive
+// non-voters): the largest odd number not above either, and at least 1.
+func VoterTarget(maxVoters, eligible int) int {
+	t := min(maxVoters, eligible)
+	if t < 1 {
+		return 1
+	}
+	if t%2 == 0 {
+		t--
+	}
+	return t
 }
 
 func (n *Node) changeConfig(action, id, addr string, change func() raft.IndexFuture) error {

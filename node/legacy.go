@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,11 +67,17 @@ func (n *Node) startLegacy() error {
 	if err != nil {
 		return fmt.Errorf("legacy listen on %s: %w", lc.Listen, err)
 	}
+	scheme := "http://"
+	if n.tls != nil && n.tls.client != nil {
+		// The legacy port serves the client certificate too (reloaded
+		// with it).
+		ln, scheme = tls.NewListener(ln, n.tls.client.serverConfig()), "https://"
+	}
 	h := legacy.New(legacy.Options{
 		V1:          n.api.Handler(),
 		EndDate:     lc.EndDate,
 		AllowRemote: lc.AllowRemote,
-		V1Base:      "http://" + n.Addr(),
+		V1Base:      scheme + n.Addr(),
 		Version:     n.cfg.Version,
 		Logger:      n.log,
 		Clock:       n.clock,
@@ -84,7 +91,7 @@ func (n *Node) startLegacy() error {
 	}}
 	n.legacy = l
 	go func() { l.served <- l.srv.Serve(ln) }()
-	n.log.Info("legacy API listening", "addr", ln.Addr().String(), "end_date", h.EndDate().Format(time.DateOnly), "allow_remote", lc.AllowRemote)
+	n.log.Info("legacy API listening", "addr", ln.Addr().String(), "tls", scheme == "https://", "end_date", h.EndDate().Format(time.DateOnly), "allow_remote", lc.AllowRemote)
 	return nil
 }
 

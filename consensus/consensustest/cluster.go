@@ -53,6 +53,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Configure, when set, edits each node's config before it starts.
 	Configure func(*consensus.Config)
+	// PeerTLS, when set, gives each node (by id) its peer TLS: its mux
+	// then admits mutual TLS only, and its raft dials and forwarded calls
+	// use it. Nil for an id leaves that node cleartext.
+	PeerTLS func(id string) *rpcmux.PeerTLS
 }
 
 // Peer is one in-process node.
@@ -64,6 +68,8 @@ type Peer struct {
 	Registry *prometheus.Registry // the node's own metrics
 	// RaftRefused counts inbound raft connections whose handshake failed.
 	RaftRefused func() uint64
+	// TLSRefused counts inbound connections refused by peer TLS.
+	TLSRefused func() uint64
 
 	mux     *rpcmux.Mux
 	srv     *http.Server
@@ -221,6 +227,9 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 		Registerer:         p.Registry,
 		Clock:              c.opts.Clock,
 	}
+	if c.opts.PeerTLS != nil {
+		cfg.PeerTLS = c.opts.PeerTLS(id)
+	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}
@@ -231,11 +240,12 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 			c.t.Fatalf("consensustest: %v", err)
 		}
 	}
-	if p.mux, err = rpcmux.New(ln, cfg.ClusterSecret, logger); err != nil {
+	if p.mux, err = rpcmux.New(ln, cfg.ClusterSecret, logger, rpcmux.WithPeerTLS(cfg.PeerTLS)); err != nil {
 		_ = ln.Close()
 		c.t.Fatalf("consensustest: start %s: %v", id, err)
 	}
 	p.RaftRefused = p.mux.RaftRefused
+	p.TLSRefused = p.mux.TLSRefused
 	if cfg.RaftListener == nil {
 		cfg.RaftListener = p.mux.Raft()
 	}
@@ -247,6 +257,7 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 	p.Node = node
 	mux := http.NewServeMux()
 	mux.Handle(node.Handler())
+	mux.Handle(node.AdminHandler())
 	p.srv = rpcmux.NewServer(mux)
 	p.serving.Add(2)
 	go func() { defer p.serving.Done(); _ = p.mux.Serve() }()
@@ -397,6 +408,32 @@ func (c *Cluster) WaitServers(voters, nonvoters []string) {
 	if !ok {
 		c.t.Fatalf("consensustest: raft configuration is %s, want %s", got, want)
 	}
+}
+
+// WaitCounts waits until the leader's raft configuration has the given
+// numbers of voters and non-voters, and returns the voters' and
+// non-voters' ids.
+func (c *Cluster) WaitCounts(voters, nonvoters int) (v, nv []string) {
+	c.t.Helper()
+	ok := c.poll(func() bool {
+		v, nv = nil, nil
+		servers, err := c.Leader().Node.Servers()
+		if err != nil {
+			return false
+		}
+		for _, s := range servers {
+			if s.Voter {
+				v = append(v, s.ID)
+			} else {
+				nv = append(nv, s.ID)
+			}
+		}
+		return len(v) == voters && len(nv) == nonvoters
+	})
+	if !ok {
+		c.t.Fatalf("consensustest: raft configuration is voters %v non-voters %v, want %d and %d", v, nv, voters, nonvoters)
+	}
+	return v, nv
 }
 
 func sorted(s []string) []string {

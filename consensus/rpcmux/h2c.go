@@ -9,10 +9,12 @@ import (
 
 // NewServer returns an http.Server for the HTTP side of the mux that speaks
 // HTTP/1.1 and HTTP/2 cleartext (prior knowledge), as Connect clients from
-// NewClient do. Run it with srv.Serve(mux.HTTP()).
+// NewClient do, and HTTP/2 or HTTP/1.1 over TLS when the mux hands it TLS
+// connections (peer TLS). Run it with srv.Serve(mux.HTTP()).
 func NewServer(h http.Handler) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
+	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Handler:           h,
@@ -41,13 +43,23 @@ const (
 // health check (PingAfter, PingTimeout) closes such a connection; the next
 // call dials afresh.
 func NewClient(dialTimeout time.Duration) *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return NewPeerClient(dialTimeout, nil)
+}
+
+// NewPeerClient is NewClient under peer TLS: with a non-nil p each
+// connection is mutual TLS (ALPN h2) and HTTP/2 runs over it, still for
+// http:// URLs (see PeerTLS.DialContext). A nil p is NewClient.
+func NewPeerClient(dialTimeout time.Duration, p *PeerTLS) *http.Client {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	if p != nil {
+		dial = p.DialContext(ALPNHTTP2, dialTimeout)
+	}
 	return &http.Client{Transport: &http.Transport{
-		Protocols: &p,
+		Protocols: &protos,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, network, addr)
+			return dial(ctx, network, addr)
 		},
 		IdleConnTimeout: 2 * time.Minute,
 		HTTP2:           &http.HTTP2Config{SendPingTimeout: PingAfter, PingTimeout: PingTimeout},

@@ -1,16 +1,23 @@
 // Package rpcmux shares one internal TCP listener between raft and the
-// node-to-node Connect services (HTTP/2 cleartext).
+// node-to-node Connect services (HTTP/2 cleartext, or HTTP/2 and HTTP/1.1
+// over mutual TLS).
 //
-// A raft connection starts with the single byte RaftByte, written by
-// DialRaft, followed by a mutual challenge–response that proves both ends
-// hold the cluster secret (see handshake.go); only connections that pass it
-// reach raft. Every other connection is handed to the HTTP side with its
-// first byte put back. RaftByte is outside printable ASCII, so it can never
-// be the start of an HTTP/1 request line, the HTTP/2 connection preface
-// ("PRI") or a TLS record (0x16).
+// Without peer TLS, a raft connection starts with the single byte RaftByte,
+// written by DialRaft, followed by a mutual challenge–response that proves
+// both ends hold the cluster secret (see handshake.go); only connections
+// that pass it reach raft. Every other connection is handed to the HTTP side
+// with its first byte put back. RaftByte is outside printable ASCII, so it
+// can never be the start of an HTTP/1 request line, the HTTP/2 connection
+// preface ("PRI") or a TLS record (0x16).
+//
+// With peer TLS (WithPeerTLS) every connection must be mutual TLS; the
+// ALPN protocol routes it (see tls.go), and raft connections still run the
+// cluster-secret handshake inside TLS.
 package rpcmux
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +45,9 @@ type Mux struct {
 	secret    []byte
 	handshake time.Duration
 	refused   atomic.Uint64
+	peerTLS   *PeerTLS
+	tlsConf   *tls.Config
+	tlsRefuse atomic.Uint64
 
 	raft *subListener
 	http *subListener
@@ -50,10 +60,19 @@ type Mux struct {
 	sniffing map[net.Conn]struct{} // connections whose first byte is awaited
 }
 
+// Option configures a Mux.
+type Option func(*Mux)
+
+// WithPeerTLS makes every connection to the mux mutual TLS with p (see
+// tls.go); a nil p leaves the mux cleartext.
+func WithPeerTLS(p *PeerTLS) Option {
+	return func(m *Mux) { m.peerTLS = p }
+}
+
 // New returns a mux over ln whose raft side admits only connections that
 // prove secret, the cluster secret (an empty one is refused). A nil logger
 // discards. It does not accept until Serve runs.
-func New(ln net.Listener, secret string, logger *slog.Logger) (*Mux, error) {
+func New(ln net.Listener, secret string, logger *slog.Logger, opts ...Option) (*Mux, error) {
 	if secret == "" {
 		return nil, errEmptySecret
 	}
@@ -69,10 +88,24 @@ func New(ln net.Listener, secret string, logger *slog.Logger) (*Mux, error) {
 		closed:    make(chan struct{}),
 		sniffing:  map[net.Conn]struct{}{},
 	}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.peerTLS != nil {
+		m.tlsConf = m.peerTLS.ServerConfig()
+	}
 	m.raft = newSubListener(ln.Addr())
 	m.http = newSubListener(ln.Addr())
 	return m, nil
 }
+
+// TLSRefused counts connections closed under peer TLS before reaching
+// either side: not TLS at all, or a failed TLS handshake (no client
+// certificate, one from another CA, expired, ...).
+func (m *Mux) TLSRefused() uint64 { return m.tlsRefuse.Load() }
+
+// PeerTLS reports the mux's peer TLS, nil when it is cleartext.
+func (m *Mux) PeerTLS() *PeerTLS { return m.peerTLS }
 
 // RaftRefused counts raft connections closed because their handshake
 // failed (a wrong or missing cluster secret, or a peer that broke off).
@@ -128,6 +161,10 @@ func (m *Mux) Serve() error {
 func (m *Mux) route(conn net.Conn) {
 	defer m.wg.Done()
 	b, ok := m.sniffFirst(conn)
+	if m.tlsConf != nil {
+		m.routeTLS(conn, b, ok)
+		return
+	}
 	if ok && b == RaftByte {
 		// The handshake runs here, on the connection's own goroutine, so a
 		// slow or hostile client holds up nobody; Close still closes it.
@@ -149,6 +186,51 @@ func (m *Mux) route(conn net.Conn) {
 		return
 	}
 	m.http.deliver(&peekedConn{Conn: conn, first: b, pending: true}, m.closed)
+}
+
+// routeTLS finishes the TLS handshake of a connection whose first byte is
+// b and routes it by ALPN; anything else is closed and counted.
+func (m *Mux) routeTLS(conn net.Conn, b byte, ok bool) {
+	var out net.Conn
+	raft := false
+	if ok && b != tlsRecordByte {
+		m.tlsRefuse.Add(1)
+		m.logger.Warn("rpcmux: refused a connection that is not TLS (peer TLS is on)", "remote", conn.RemoteAddr())
+		ok = false
+	}
+	if ok {
+		tc := tls.Server(&peekedConn{Conn: conn, first: b, pending: true}, m.tlsConf)
+		ctx, cancel := context.WithTimeout(context.Background(), m.handshake)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			m.tlsRefuse.Add(1)
+			m.logger.Warn("rpcmux: refused a TLS connection", "remote", conn.RemoteAddr(), "err", err)
+			ok = false
+		} else {
+			out = tc
+			raft = tc.ConnectionState().NegotiatedProtocol == ALPNRaft
+		}
+	}
+	if ok && raft {
+		if err := serverHandshake(out, m.secret, m.handshake); err != nil {
+			m.refused.Add(1)
+			m.logger.Warn("rpcmux: refused a raft connection", "remote", conn.RemoteAddr(), "err", err)
+			ok = false
+		}
+	}
+	m.mu.Lock()
+	delete(m.sniffing, conn)
+	m.mu.Unlock()
+	if !ok {
+		_ = conn.Close()
+		return
+	}
+	if raft {
+		m.raft.deliver(out, m.closed)
+		return
+	}
+	m.http.deliver(out, m.closed)
 }
 
 func (m *Mux) sniffFirst(conn net.Conn) (byte, bool) {
@@ -217,6 +299,42 @@ func DialRaft(addr, secret string, timeout time.Duration) (net.Conn, error) {
 	if _, err := conn.Write([]byte{RaftByte}); err != nil {
 		_ = conn.Close()
 		return nil, err
+	}
+	if err := clientHandshake(conn, []byte(secret), hs); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("raft connection to %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// DialRaftTLS is DialRaft under peer TLS: the connection is mutual TLS with
+// p (ALPN ALPNRaft; the server must present a certificate from the peer
+// CA), and the cluster-secret handshake runs inside it. A nil p is DialRaft.
+func DialRaftTLS(addr, secret string, p *PeerTLS, timeout time.Duration) (net.Conn, error) {
+	if p == nil {
+		return DialRaft(addr, secret, timeout)
+	}
+	if secret == "" {
+		return nil, errEmptySecret
+	}
+	raw, err := dialPersistent(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	hs := DefaultHandshakeTimeout
+	if timeout > 0 {
+		hs = min(hs, timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hs)
+	defer cancel()
+	conn := tls.Client(raw, p.ClientConfig(ALPNRaft))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("raft connection to %s: peer TLS: %w", addr, err)
+	}
+	if got := conn.ConnectionState().NegotiatedProtocol; got != ALPNRaft {
+		_ = conn.Close()
+		return nil, fmt.Errorf("raft connection to %s: the server does not speak raft over TLS (ALPN %q)", addr, got)
 	}
 	if err := clientHandshake(conn, []byte(secret), hs); err != nil {
 		_ = conn.Close()

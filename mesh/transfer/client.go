@@ -29,9 +29,19 @@ type Client struct {
 	peers map[string]transferv1connect.TransferServiceClient
 }
 
+// ClientOption configures a Client.
+type ClientOption func(*http.Transport)
+
+// WithDialer opens connections to peers with dial instead of a plain TCP
+// dial (the node passes a mutual-TLS dialer speaking ALPN http/1.1; URLs
+// stay http://).
+func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) ClientOption {
+	return func(tr *http.Transport) { tr.DialContext = dial }
+}
+
 // NewClient builds a Client that signs every call with a key derived from
 // secret (mesh/peerauth); the secret itself is never sent.
-func NewClient(nodeID, secret string) (*Client, error) {
+func NewClient(nodeID, secret string, opts ...ClientOption) (*Client, error) {
 	if secret == "" {
 		return nil, errors.New("transfer: a cluster secret is required")
 	}
@@ -50,6 +60,9 @@ func NewClient(nodeID, secret string) (*Client, error) {
 		DisableCompression:    true,
 		ReadBufferSize:        256 << 10,
 		WriteBufferSize:       64 << 10,
+	}
+	for _, o := range opts {
+		o(tr)
 	}
 	return &Client{nodeID: nodeID, sign: sign, http: &http.Client{Transport: tr}, codec: &chunkCodec{}, peers: map[string]transferv1connect.TransferServiceClient{}}, nil
 }
