@@ -69,6 +69,9 @@ type ModelInfo struct {
 	// Created is when the model was installed (for upstream models, when
 	// the node started serving it), Unix seconds.
 	Created int64
+	// SizeBytes is the total size of the model's files on the node; 0
+	// for upstream models.
+	SizeBytes int64
 }
 
 // setInfo replaces the model descriptions; it reports whether they changed.
@@ -214,7 +217,7 @@ func (l *localState) next() *meshv1.NodeRecord {
 	for _, m := range ids {
 		in := l.info[m]
 		r.Models = append(r.Models, &meshv1.ModelState{Model: m, Warm: l.models[m], LatencyUs: uint64(math.Round(l.latency[m])),
-			WireId: in.WireID, Task: in.Task, CreatedUnix: in.Created})
+			WireId: in.WireID, Task: in.Task, CreatedUnix: in.Created, SizeBytes: in.SizeBytes})
 	}
 	l.last = proto.Clone(r).(*meshv1.NodeRecord)
 	return r

@@ -230,7 +230,7 @@ func viewOf(r *meshv1.NodeRecord) route.Peer {
 	}
 	for _, m := range r.GetModels() {
 		p.Models[m.GetModel()] = route.Model{Warm: m.GetWarm(), Latency: time.Duration(m.GetLatencyUs()) * time.Microsecond,
-			WireID: m.GetWireId(), Task: m.GetTask(), Created: m.GetCreatedUnix()}
+			WireID: m.GetWireId(), Task: m.GetTask(), Created: m.GetCreatedUnix(), SizeBytes: m.GetSizeBytes()}
 	}
 	return p
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"net/http"
 	"sort"
 	"strings"
 
@@ -44,11 +45,12 @@ func (n *Node) Models() []api.Model {
 			for id, pm := range p.Models {
 				if cur, ok := seen[id]; ok {
 					cur.Warm = cur.Warm || pm.Warm
+					cur.SizeBytes = max(cur.SizeBytes, pm.SizeBytes)
 					seen[id] = cur
 					continue
 				}
 				runtime, _, _ := strings.Cut(id, "/")
-				seen[id] = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm}
+				seen[id] = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm, SizeBytes: pm.SizeBytes}
 			}
 		}
 	}
@@ -127,11 +129,12 @@ func (n *Node) ImageGenerator(ctx context.Context, id string) (engine.ImageGener
 }
 
 // TaskEngine returns the engine of a model for a task, or of the first
-// installed model of the task when id is empty.
+// installed model of the task the policy does not block when id is empty.
+// A model the policy blocks is refused with 403 model_blocked.
 func (n *Node) TaskEngine(ctx context.Context, task engine.Task, id string) (engine.Engine, string, error) {
 	if id == "" {
 		for _, m := range n.store.List() {
-			if engine.Task(m.Task) == task {
+			if engine.Task(m.Task) == task && !n.Blocked(m.ID) {
 				id = m.ID
 				break
 			}
@@ -139,6 +142,8 @@ func (n *Node) TaskEngine(ctx context.Context, task engine.Task, id string) (eng
 		if id == "" {
 			return nil, "", fmt.Errorf("no %s model installed: %w", task, api.ErrModelNotFound)
 		}
+	} else if n.Blocked(id) {
+		return nil, "", blockedError(id)
 	}
 	e, err := n.engines.get(ctx, id, task)
 	if err != nil {
@@ -147,8 +152,110 @@ func (n *Node) TaskEngine(ctx context.Context, task engine.Task, id string) (eng
 	return e, e.ID(), nil
 }
 
+// blockedError is the answer to a request naming a model the policy blocks.
+func blockedError(id string) *api.APIError {
+	return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeModelBlocked, "model",
+		fmt.Sprintf("The model '%s' is blocked by the pool policy.", id))
+}
+
+// Blocked reports whether the pool policy blocks model id (canonical or
+// wire id of a model of this node or a peer).
+func (n *Node) Blocked(id string) bool {
+	lc, _ := n.modelLifecycle(n.canonicalID(id))
+	return lc == consensus.LifecycleBlocked
+}
+
+// canonicalID resolves a wire id to the canonical id of the model some
+// node holds; other ids come back unchanged.
+func (n *Node) canonicalID(id string) string {
+	if m, err := n.store.Get(id); err == nil {
+		return m.ID
+	}
+	for _, m := range n.upstreamModels() {
+		if m.ID == id || m.WireID == id {
+			return m.ID
+		}
+	}
+	if n.cluster != nil && n.cluster.mesh != nil {
+		for _, p := range n.cluster.mesh.Peers() {
+			for mid, pm := range p.Models {
+				if mid == id || (pm.WireID != "" && pm.WireID == id) {
+					return mid
+				}
+			}
+		}
+	}
+	return id
+}
+
 // Draining reports whether the node is shutting down.
 func (n *Node) Draining() bool { return n.draining.Load() }
+
+// NotReady says why keyed requests may not be served yet: the raft
+// replica that holds the API keys has no leader or has not caught up (the
+// same test Authenticate uses to answer unknown keys 503
+// replica_catching_up); "" when the node is ready.
+func (n *Node) NotReady() string {
+	c := n.cluster
+	if c == nil || c.raft == nil {
+		return "the node's cluster is not started"
+	}
+	if c.raft.CaughtUp() {
+		return ""
+	}
+	if c.raft.Leader() == "" {
+		return "no raft leader is known yet, so this node's copy of the API keys may be stale"
+	}
+	return "this node's copy of the API keys and policy is catching up with the raft leader"
+}
+
+// DrainingOnly reports whether model id (canonical or wire id; "" means
+// any model of task) is held by some node and every node that holds it is
+// draining, this one included. Peers whose health is unknown count as
+// neither.
+func (n *Node) DrainingOnly(id, task string) bool {
+	if id == "" && task == "" {
+		return false
+	}
+	matches := func(canonical, wire, mtask string) bool {
+		if id != "" {
+			return canonical == id || (wire != "" && wire == id)
+		}
+		return mtask == task && !n.Blocked(canonical)
+	}
+	held, live := false, false
+	self := n.Draining()
+	for _, m := range n.store.List() {
+		if matches(m.ID, m.WireID(), m.Task) {
+			held, live = true, live || !self
+		}
+	}
+	for _, m := range n.upstreamModels() {
+		if matches(m.ID, m.WireID, m.Task) {
+			held, live = true, live || !self
+		}
+	}
+	if n.cluster != nil && n.cluster.mesh != nil {
+		for _, p := range n.cluster.mesh.Peers() {
+			if p.Self {
+				continue
+			}
+			for mid, pm := range p.Models {
+				if !matches(mid, pm.WireID, pm.Task) {
+					continue
+				}
+				switch p.Health {
+				case route.HealthDraining:
+					held = true
+				case route.HealthUnknown:
+				default:
+					held, live = true, true
+				}
+			}
+		}
+	}
+	return held && !live
+}
 
 // Status is the dashboard's view of this node.
 func (n *Node) Status() map[string]any {
@@ -170,6 +277,7 @@ func (n *Node) Status() map[string]any {
 		"node_id":        n.cfg.NodeID,
 		"state":          state,
 		"version":        n.cfg.Version,
+		"engine":         cmp.Or(n.cfg.Engine, EngineLocal),
 		"uptime_seconds": int64(n.clock().Sub(n.started).Seconds()),
 		"models":         rows,
 		"peers":          n.peerRows(),

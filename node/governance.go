@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +65,7 @@ func (n *Node) CreateKey(ctx context.Context, req api.KeyRequest) (api.KeyInfo, 
 	if err != nil {
 		return api.KeyInfo{}, "", applyErr(err)
 	}
+	n.writeVisible(ctx, res.Index, false)
 	return keyInfo(*res.Key), plain, nil
 }
 
@@ -98,6 +98,9 @@ func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
 	if err != nil {
 		return api.KeyInfo{}, applyErr(err)
 	}
+	// Every node that can be reached refuses the key when this returns
+	// (see writeVisible).
+	n.writeVisible(ctx, res.Index, true)
 	return keyInfo(*res.Key), nil
 }
 
@@ -134,5 +137,3 @@ func (n *Node) StateDigest() map[string]any {
 }
 
 var _ api.Governance = (*Node)(nil)
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -109,13 +109,19 @@ type provenanceDoc struct {
 func (n *Node) Provenance(id string) (any, bool) {
 	var card *models.Card
 	key := id
-	if m, err := n.store.Get(id); err == nil && m.Card != nil {
+	if m, err := n.store.Get(id); err == nil {
 		card, key = m.Card, m.ID
-	} else if e, ok := n.catalog.Get(id); ok && e.Card != nil {
+	} else if e, ok := n.catalog.Get(id); ok {
 		card, key = e.Card, e.Key
 	}
 	if card == nil {
-		return nil, false
+		// Models installed without a card (e.g. by `make assets`) get the
+		// card the catalogue registers for their id.
+		c, ok := n.catalog.Card(key)
+		if !ok {
+			return nil, false
+		}
+		card = &c
 	}
 	return provenanceDoc{Model: key, Object: "model.card", Publisher: card.Publisher, Source: card.Source,
 		License: card.License, IntendedUse: card.IntendedUse, KnownLimitations: card.KnownLimitations}, true

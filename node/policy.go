@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/dispatch"
+	"github.com/infermesh/infermesh/node/models"
 )
 
 // PolicyDoc is the pool policy as operators write it: the body of
@@ -103,13 +106,15 @@ func policyDoc(p consensus.Policy) PolicyDoc {
 // Policy returns the replicated pool policy.
 func (n *Node) Policy() any { return policyDoc(n.cluster.raft.State().Policy()) }
 
-// SetPolicy replaces the pool policy through raft.
+// SetPolicy replaces the pool policy through raft, after checking the
+// whole document; it returns once this node has applied the new policy.
 func (n *Node) SetPolicy(ctx context.Context, body []byte) (any, error) {
 	var d PolicyDoc
-	dec := json.NewDecoder(bytesReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		return nil, fmt.Errorf("policy: %v: %w", err, api.ErrInvalid)
+	if err := api.DecodeStrict(body, &d); err != nil {
+		return nil, err
+	}
+	if e := d.validate(); e != nil {
+		return nil, e
 	}
 	cmd, err := consensus.SetPolicy(d.toConsensus(), false)
 	if err != nil {
@@ -119,7 +124,67 @@ func (n *Node) SetPolicy(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, applyErr(err)
 	}
+	n.writeVisible(ctx, res.Index, false)
 	return policyDoc(*res.Policy), nil
+}
+
+// Bounds of a policy document's numbers.
+const (
+	maxPolicyWeight = 1_000_000
+	maxPolicyCap    = 1_000_000
+	maxPolicyPrice  = 1e9
+)
+
+// validate checks the whole document and names the first bad field
+// (strategy, governance, workers.<node>.<field>, models.<id>.<field>).
+func (d PolicyDoc) validate() *api.APIError {
+	bad := func(param, msg string) *api.APIError { return api.BadRequest(api.CodeInvalidValue, param, msg) }
+	if d.Strategy != "" {
+		if _, err := route.ParseStrategy(d.Strategy); err != nil {
+			return bad("strategy", fmt.Sprintf("strategy %q is not one of %v.", d.Strategy, route.Strategies()))
+		}
+	}
+	switch d.Governance {
+	case "", consensus.GovernanceCurated, consensus.GovernanceFederated, consensus.GovernanceOpen:
+	default:
+		return bad("governance", fmt.Sprintf("governance %q is not curated, federated or open.", d.Governance))
+	}
+	for _, id := range slices.Sorted(maps.Keys(d.Workers)) {
+		w, p := d.Workers[id], "workers."+id
+		switch {
+		case id == "" || len(id) > 256:
+			return bad("workers", "A worker entry needs a node id of 1 to 256 characters.")
+		case w.Weight < 0 || w.Weight > maxPolicyWeight:
+			return bad(p+".weight", fmt.Sprintf("weight must be between 0 and %d.", maxPolicyWeight))
+		case w.CanaryPercent < 0 || w.CanaryPercent > 100:
+			return bad(p+".canary_percent", "canary_percent must be between 0 and 100.")
+		case w.InflightCap < 0 || w.InflightCap > maxPolicyCap:
+			return bad(p+".inflight_cap", fmt.Sprintf("inflight_cap must be between 0 (the node's own cap) and %d.", maxPolicyCap))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(d.Models)) {
+		m, p := d.Models[id], "models."+id
+		if !models.IsCanonicalID(id) {
+			return bad("models", fmt.Sprintf("models are keyed by canonical id <runtime>/<family>/<variant>; %q is not one.", id))
+		}
+		switch m.Lifecycle {
+		case "", consensus.LifecycleActive, consensus.LifecycleDeprecated, consensus.LifecycleBlocked:
+		default:
+			return bad(p+".lifecycle", fmt.Sprintf("lifecycle %q is not active, deprecated or blocked.", m.Lifecycle))
+		}
+		if len(m.Replacement) > 256 {
+			return bad(p+".replacement", "replacement is at most 256 characters.")
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"price_per_request", m.PerRequest}, {"price_per_million_input_tokens", m.PerMInput}, {"price_per_million_output_tokens", m.PerMOutput}} {
+			if math.IsNaN(f.v) || f.v < 0 || f.v > maxPolicyPrice {
+				return bad(p+"."+f.name, fmt.Sprintf("%s must be between 0 and %g.", f.name, float64(maxPolicyPrice)))
+			}
+		}
+	}
+	return nil
 }
 
 // seedPolicy installs <data-dir>/gateway.json as the policy when none is
@@ -132,6 +197,10 @@ func (n *Node) seedPolicy() {
 	var d PolicyDoc
 	if err := json.Unmarshal(b, &d); err != nil {
 		n.log.Error("gateway.json is not valid policy JSON; ignored", "err", err)
+		return
+	}
+	if e := d.validate(); e != nil {
+		n.log.Error("gateway.json policy rejected; ignored", "field", e.Param, "err", e.Message)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -348,17 +348,24 @@ func TestEndToEndPathsHeadersAndBadInput(t *testing.T) {
 			t.Errorf("%s %.60s: code %q param %q, want %q %q", r.method, r.path, code, param, r.code, r.param)
 		}
 	}
-	// A malformed caller request id is replaced, success responses carry the headers too.
-	req, _ := http.NewRequest("GET", p.url("/readyz"), nil)
-	req.Header.Set("X-Request-Id", "bad id with spaces")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("readyz %d", resp.StatusCode)
-	}
+	// A malformed caller request id is replaced, success responses carry
+	// the headers too (/readyz says ready once the raft replica caught up,
+	// about 2 s after start).
+	var resp *http.Response
+	eventually(t, 10*time.Second, "readyz 200", func() error {
+		req, _ := http.NewRequest("GET", p.url("/readyz"), nil)
+		req.Header.Set("X-Request-Id", "bad id with spaces")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", r.StatusCode)
+		}
+		resp = r
+		return nil
+	})
 	checkHeaders(t, resp, "")
 	if got := resp.Header.Get("X-Request-Id"); got == "bad id with spaces" {
 		t.Errorf("malformed request id was echoed")

@@ -54,6 +54,9 @@ type Model struct {
 	Task string
 	// Created is when the peer installed the model, Unix seconds.
 	Created int64
+	// SizeBytes is the size of the model's files on the peer; 0 for
+	// upstream models.
+	SizeBytes int64
 }
 
 // Peer is a read-only view of one node of the mesh, as the peer table sees it

@@ -79,6 +79,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, ModelNotFound(req.Model))
 		return
 	}
+	markDeprecated(w, m)
 	emb, err := s.opt.Backend.Embedder(r.Context(), m.ID)
 	if err != nil {
 		writeErr(w, err)

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // RequestIDPattern defines a well-formed caller X-Request-Id: 1 to 128
@@ -175,20 +177,36 @@ func (s *Server) cors(next http.Handler) http.Handler {
 	})
 }
 
-// refuseWhileDraining answers new work (POST) with 503 server_draining once
-// the node drains and has no dispatcher to hand work to peers; reads keep
-// working and requests already running finish. With a dispatcher, new work
-// goes to peers (the draining node no longer ranks itself).
+// refuseWhileDraining answers new work (POST) with 503 server_draining
+// once the node drains; reads keep working and requests already running
+// finish. Model routes that a dispatcher routes are let through: their
+// requests go to peers that hold the model (the draining node no longer
+// ranks itself), and routed refuses them with the same 503 when every
+// holder of the model is draining. Other new work (batch jobs, pulls,
+// admin writes) would end with this node, so it is refused here.
 func (s *Server) refuseWhileDraining(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && s.opt.Dispatcher == nil && s.opt.Backend.Draining() {
-			e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeDraining, "", "This node is draining; retry on another node.")
-			e.RetryAfter = 1
-			WriteError(w, e)
+		if r.Method == http.MethodPost && s.opt.Backend.Draining() && !s.routedModelRoute(r) {
+			WriteError(w, drainingError())
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// routedModelRoute reports whether r is for a model route the dispatcher
+// routes: one the local router serves (see modelRoutes), pulls aside.
+func (s *Server) routedModelRoute(r *http.Request) bool {
+	return s.opt.Dispatcher != nil && r.URL.Path != "/v1/models/pull" && s.local != nil &&
+		s.local.Match(chi.NewRouteContext(), r.Method, r.URL.Path)
+}
+
+// drainingError is the 503 for work no live node can take because its
+// node (or every holder of its model) is draining.
+func drainingError() *APIError {
+	e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeDraining, "", "This node is draining and no other node can take the request; retry shortly.")
+	e.RetryAfter = 1
+	return e
 }
 
 // recoverOnly turns a handler panic into a 500 on the local router.

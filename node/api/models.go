@@ -41,7 +41,16 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, ModelNotFound(id))
 		return
 	}
+	markDeprecated(w, m)
 	writeJSON(w, http.StatusOK, toObject(m))
+}
+
+// markDeprecated sets X-AI-Model-Deprecated on a response about a model
+// the policy deprecated: the replacement's id, or "true".
+func markDeprecated(w http.ResponseWriter, m Model) {
+	if m.Deprecation != "" {
+		w.Header().Set("X-AI-Model-Deprecated", m.Deprecation)
+	}
 }
 
 // installedEntry is one row of GET /v1/models/installed (shape not fixed by

@@ -11,6 +11,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
+)
+
+// How much of an in-process /v1 answer Close still reads, and for how
+// long, before it cuts the call off.
+const (
+	drainLimit = 1 << 20
+	drainWait  = 2 * time.Second
 )
 
 // v1Response is the head and the streamed body of an in-process /v1 call.
@@ -77,7 +85,26 @@ func (s *Server) call(orig *http.Request, method, path string, body any) (*v1Res
 		s.opt.V1.ServeHTTP(w, req)
 	}()
 	<-w.head
-	res := &v1Response{status: w.status, header: w.sent, body: pr, close: func() { pr.Close(); cancel() }}
+	res := &v1Response{status: w.status, header: w.sent, body: pr, close: func() {
+		// A caller that read what it needed (one JSON object, a stream up
+		// to its last event) leaves the /v1 handler a few bytes and, for a
+		// response forwarded from a peer, the stream's trailer: let it
+		// finish, so the call is not logged and counted as broken off.
+		// Bounded, and skipped when the legacy caller is gone.
+		if orig.Context().Err() == nil {
+			drained := make(chan struct{})
+			go func() {
+				io.Copy(io.Discard, io.LimitReader(pr, drainLimit))
+				close(drained)
+			}()
+			select {
+			case <-drained:
+			case <-time.After(drainWait):
+			}
+		}
+		pr.Close()
+		cancel()
+	}}
 	if res.status/100 != 2 {
 		defer res.Close()
 		raw, _ := io.ReadAll(io.LimitReader(pr, 1<<20))

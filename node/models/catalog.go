@@ -197,6 +197,10 @@ const (
 // files or URLs operators add.
 type catalogFile struct {
 	Entries []Entry `json:"entries"`
+	// Cards registers model cards by canonical id for models that are
+	// installed by other means than a pull (e.g. the models `make assets`
+	// prepares), so the provenance endpoint answers for them too.
+	Cards map[string]Card `json:"cards,omitempty"`
 }
 
 // SourceStatus reports how one source loaded.
@@ -233,6 +237,7 @@ type Catalog struct {
 
 	mu      sync.RWMutex
 	entries map[string]*Entry
+	cards   map[string]Card
 	status  []SourceStatus
 }
 
@@ -251,32 +256,43 @@ func NewCatalog(ctx context.Context, sources []string) (*Catalog, error) {
 // when the built-in catalogue is invalid.
 func (c *Catalog) Refresh(ctx context.Context) (Change, error) {
 	entries := map[string]*Entry{}
+	cards := map[string]Card{}
 	var status []SourceStatus
 	builtin, err := parseCatalog(builtinCatalog)
 	if err != nil {
 		return Change{}, fmt.Errorf("built-in catalogue: %w", err)
 	}
-	add := func(src string, list []Entry) {
+	builtinCards, err := parseCards(builtinCatalog)
+	if err != nil {
+		return Change{}, fmt.Errorf("built-in catalogue: %w", err)
+	}
+	add := func(src string, list []Entry, cs map[string]Card) {
 		for i := range list {
 			entries[list[i].Key] = &list[i]
 		}
+		for k, v := range cs {
+			cards[k] = v
+		}
 		status = append(status, SourceStatus{Source: src, Entries: len(list)})
 	}
-	add(BuiltinSource, builtin)
+	add(BuiltinSource, builtin, builtinCards)
 	for _, src := range c.sources {
 		b, err := c.read(ctx, src)
 		if err == nil {
 			var list []Entry
+			var cs map[string]Card
 			if list, err = parseCatalog(b); err == nil {
-				add(src, list)
-				continue
+				if cs, err = parseCards(b); err == nil {
+					add(src, list, cs)
+					continue
+				}
 			}
 		}
 		status = append(status, SourceStatus{Source: src, Error: err.Error()})
 	}
 	c.mu.Lock()
 	old := c.entries
-	c.entries, c.status = entries, status
+	c.entries, c.cards, c.status = entries, cards, status
 	c.mu.Unlock()
 	ch := Change{Added: []string{}, Removed: []string{}, Changed: []string{}, Entries: len(entries), Sources: status}
 	for k, e := range entries {
@@ -355,6 +371,36 @@ func parseCatalog(b []byte) ([]Entry, error) {
 		return nil, err
 	}
 	return f.Entries, nil
+}
+
+// parseCards reads a source's registered cards; keys must be canonical
+// ids and every card needs a publisher, source and licence.
+func parseCards(b []byte) (map[string]Card, error) {
+	var f catalogFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	for k, c := range f.Cards {
+		if !IsCanonicalID(k) {
+			return nil, fmt.Errorf("card %q: not a canonical id <runtime>/<family>/<variant>", k)
+		}
+		if c.Publisher == "" || c.Source == "" || c.License == "" {
+			return nil, fmt.Errorf("card %s: publisher, source and license are required", k)
+		}
+	}
+	return f.Cards, nil
+}
+
+// Card returns the model card registered for a canonical id: the
+// catalogue entry's, else one of the sources' registered cards.
+func (c *Catalog) Card(key string) (Card, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e, ok := c.entries[key]; ok && e.Card != nil {
+		return *e.Card, true
+	}
+	card, ok := c.cards[key]
+	return card, ok
 }
 
 // Entries returns every entry, sorted by key.

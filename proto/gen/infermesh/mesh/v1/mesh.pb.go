@@ -175,7 +175,10 @@ type ModelState struct {
 	// What the model does (embeddings, background-removal, chat, ...).
 	Task string `protobuf:"bytes,5,opt,name=task,proto3" json:"task,omitempty"`
 	// When the model was installed on the node, Unix seconds.
-	CreatedUnix   int64 `protobuf:"varint,6,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
+	CreatedUnix int64 `protobuf:"varint,6,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
+	// Total size of the model's files on the node in bytes; 0 for models
+	// without local files (upstream providers).
+	SizeBytes     int64 `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -248,6 +251,13 @@ func (x *ModelState) GetTask() string {
 func (x *ModelState) GetCreatedUnix() int64 {
 	if x != nil {
 		return x.CreatedUnix
+	}
+	return 0
+}
+
+func (x *ModelState) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
 	}
 	return 0
 }
@@ -465,7 +475,7 @@ const file_infermesh_mesh_v1_mesh_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\thttp_addr\x18\x02 \x01(\tR\bhttpAddr\x12\x19\n" +
 	"\brpc_addr\x18\x03 \x01(\tR\arpcAddr\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\tR\aversion\"\xa5\x01\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\"\xc4\x01\n" +
 	"\n" +
 	"ModelState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
@@ -474,7 +484,9 @@ const file_infermesh_mesh_v1_mesh_proto_rawDesc = "" +
 	"latency_us\x18\x03 \x01(\x04R\tlatencyUs\x12\x17\n" +
 	"\awire_id\x18\x04 \x01(\tR\x06wireId\x12\x12\n" +
 	"\x04task\x18\x05 \x01(\tR\x04task\x12!\n" +
-	"\fcreated_unix\x18\x06 \x01(\x03R\vcreatedUnix\"\xb2\x03\n" +
+	"\fcreated_unix\x18\x06 \x01(\x03R\vcreatedUnix\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"\xb2\x03\n" +
 	"\n" +
 	"NodeRecord\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +

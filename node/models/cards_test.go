@@ -1,0 +1,53 @@
+package models
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestBuiltinCardForShippedISNet: the ISNet model `make assets` installs
+// (no catalogue entry, no card in its manifest) has a registered card.
+func TestBuiltinCardForShippedISNet(t *testing.T) {
+	c, err := NewCatalog(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card, ok := c.Card("onnx/isnet/general-use-small")
+	if !ok || card.Publisher == "" || card.Source == "" || card.License == "" || card.IntendedUse == "" || card.KnownLimitations == "" {
+		t.Fatalf("card: %+v %v", card, ok)
+	}
+	e, _ := c.Get("onnx/all-minilm-l6-v2/fp32")
+	if e.Card == nil {
+		t.Fatal("entries keep their own cards")
+	}
+	if got, ok := c.Card(e.Key); !ok || got != *e.Card {
+		t.Errorf("Card of an entry: %+v %v", got, ok)
+	}
+	if _, ok := c.Card("onnx/nobody/none"); ok {
+		t.Error("a card for an unknown id")
+	}
+	if _, err := parseCards([]byte(`{"cards":{"isnet:small":{"publisher":"p","source":"s","license":"l"}}}`)); err == nil {
+		t.Error("a card under a wire id was accepted")
+	}
+}
+
+// TestBuiltinFilesPinnedWhereDigestFixed: a file whose sha256 the catalogue
+// fixes must come from a URL pinned to a commit, not a moving branch.
+func TestBuiltinFilesPinnedWhereDigestFixed(t *testing.T) {
+	c, err := NewCatalog(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No public record pairs this file's sha256 with a commit of its
+	// repository that could be checked here; it stays on main (a changed
+	// file fails its checksum, it is never installed).
+	unresolved := map[string]bool{"onnx/smollm2/360m-instruct-q4": true}
+	for _, e := range c.Entries() {
+		for _, f := range e.Files {
+			if f.SHA256 != "" && strings.Contains(f.URL, "/resolve/main/") && !unresolved[e.Key] {
+				t.Errorf("%s: %s has a fixed sha256 but follows main: %s", e.Key, f.Name, f.URL)
+			}
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/infermesh/infermesh/node/api"
+)
+
+// TestPolicyValidateNamesTheField: every bad part of a policy document is
+// refused with a 400 that names its field; good documents pass.
+func TestPolicyValidateNamesTheField(t *testing.T) {
+	bad := map[string]string{
+		`{"strategy":"fastest"}`:                                            "strategy",
+		`{"governance":"anarchy"}`:                                          "governance",
+		`{"workers":{"a":{"weight":-1}}}`:                                   "workers.a.weight",
+		`{"workers":{"a":{"canary_percent":101}}}`:                          "workers.a.canary_percent",
+		`{"workers":{"a":{"inflight_cap":-2}}}`:                             "workers.a.inflight_cap",
+		`{"models":{"tiny-bert:test":{}}}`:                                  "models",
+		`{"models":{"onnx/a/b":{"lifecycle":"gone"}}}`:                      "models.onnx/a/b.lifecycle",
+		`{"models":{"onnx/a/b":{"price_per_request":-0.5}}}`:                "models.onnx/a/b.price_per_request",
+		`{"models":{"onnx/a/b":{"price_per_million_output_tokens":1e300}}}`: "models.onnx/a/b.price_per_million_output_tokens",
+		`{"strategy":5}`:                                                    "strategy",
+		`{"stratgy":"x"}`:                                                   "stratgy",
+	}
+	for body, param := range bad {
+		var d PolicyDoc
+		err := api.DecodeStrict([]byte(body), &d)
+		if err == nil {
+			if e := d.validate(); e != nil {
+				err = e
+			}
+		}
+		ae, ok := err.(*api.APIError)
+		if !ok || ae.Status != 400 || ae.Param != param {
+			t.Errorf("%s: %v, want a 400 naming %s", body, err, param)
+		}
+	}
+	for _, body := range []string{
+		`{}`,
+		`{"strategy":"weighted","governance":"federated","workers":{"node-a":{"weight":3,"canary":true,"canary_percent":10,"inflight_cap":32}},
+		  "models":{"onnx/tiny-bert/test-128":{"lifecycle":"deprecated","replacement":"onnx/minilm/l6","price_per_request":0.0001,"price_per_million_input_tokens":0.02}}}`,
+	} {
+		var d PolicyDoc
+		if err := api.DecodeStrict([]byte(body), &d); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if e := d.validate(); e != nil {
+			t.Errorf("%s: %v", body, e)
+		}
+	}
+}
