@@ -2,9 +2,13 @@ package node
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
@@ -100,9 +104,25 @@ func (n *Node) Admit(r *http.Request, model string) (func(status int), *api.APIE
 	return func(status int) { t.Done(limits.Usage{Status: status}) }, nil
 }
 
-// ensureAdminKey makes sure an operator can reach the admin API: the key in
-// SERVICE_ADMIN_KEY is stored (idempotently), or the node that bootstrapped
-// the mesh creates one admin key and prints it once.
+// envAdminKeyPrefix starts the id of the admin key stored from
+// SERVICE_ADMIN_KEY; the rest is derived from the key's hash, so a new
+// value gets a new id and never collides with the bootstrap key.
+const envAdminKeyPrefix = "key_admin_env_"
+
+// bootstrapAdminKeyID is the id of the admin key a bootstrapping node
+// generates when SERVICE_ADMIN_KEY is not set.
+const bootstrapAdminKeyID = "key_admin_bootstrap"
+
+// AdminKeyFile is the file in the data directory that receives the
+// bootstrap admin key (mode 0600); the log names the file, never the key.
+const AdminKeyFile = "admin-key"
+
+// ensureAdminKey makes sure an operator can reach the admin API. The key
+// in SERVICE_ADMIN_KEY is stored under its own id (envAdminKeyPrefix +
+// hash prefix); an env admin key stored earlier with another value is
+// revoked, so changing the variable and restarting a node replaces the
+// key. Without the variable, the node that bootstrapped the mesh creates
+// one admin key when there is none and writes it to <data-dir>/admin-key.
 func (n *Node) ensureAdminKey(bootstrapped bool) {
 	plain := os.Getenv("SERVICE_ADMIN_KEY")
 	if plain == "" && !bootstrapped {
@@ -114,31 +134,91 @@ func (n *Node) ensureAdminKey(bootstrapped bool) {
 		n.log.Warn("no raft leader; admin key not ensured", "err", err)
 		return
 	}
-	var hash [32]byte
 	if plain != "" {
-		hash = auth.HashKey(plain)
-		if _, ok := n.cluster.raft.State().KeyByHash(consensus.KeyHash(hash)); ok {
+		n.ensureEnvAdminKey(ctx, plain)
+		return
+	}
+	for _, k := range n.cluster.raft.State().Keys() {
+		if k.Admin && !k.Revoked {
 			return
 		}
-	} else {
-		for _, k := range n.cluster.raft.State().Keys() {
-			if k.Admin {
-				return
-			}
-		}
-		plain, hash = auth.NewKey()
 	}
-	cmd, err := consensus.CreateKey(consensus.KeySpec{ID: "key_admin_bootstrap", Hash: consensus.KeyHash(hash), Name: "bootstrap admin", Admin: true})
+	plain, hash := auth.NewKey()
+	path := filepath.Join(n.cfg.DataDir, AdminKeyFile)
+	if err := writeSecretFile(path, plain+"\n"); err != nil {
+		n.log.Warn("could not write the bootstrap admin key; none created", "file", path, "err", err)
+		return
+	}
+	id := bootstrapAdminKeyID
+	if _, taken := n.cluster.raft.State().Key(id); taken {
+		id = "" // derived from the hash
+	}
+	cmd, err := consensus.CreateKey(consensus.KeySpec{ID: id, Hash: consensus.KeyHash(hash), Name: "bootstrap admin", Admin: true})
 	if err == nil {
 		_, err = n.cluster.raft.Apply(ctx, cmd)
 	}
 	if err != nil {
-		n.log.Warn("could not store the admin key", "err", err)
+		os.Remove(path)
+		n.log.Warn("could not store the bootstrap admin key", "err", err)
 		return
 	}
-	if os.Getenv("SERVICE_ADMIN_KEY") == "" {
-		// Printed once, on the node that bootstrapped the mesh; only its
-		// hash is stored.
-		n.log.Info("bootstrap admin key created; it is shown only now", "admin_key", plain)
+	n.log.Info("bootstrap admin key created and written to a file readable only by this user", "file", path)
+}
+
+// ensureEnvAdminKey stores the SERVICE_ADMIN_KEY key and revokes env
+// admin keys of earlier values.
+func (n *Node) ensureEnvAdminKey(ctx context.Context, plain string) {
+	hash := consensus.KeyHash(auth.HashKey(plain))
+	id := envAdminKeyPrefix + hex.EncodeToString(hash[:6])
+	st := n.cluster.raft.State()
+	if k, ok := st.KeyByHash(hash); ok {
+		if k.Revoked || !k.Admin {
+			n.log.Warn("SERVICE_ADMIN_KEY names a key that is revoked or not an admin key; set another value", "key_id", k.ID)
+			return
+		}
+	} else {
+		cmd, err := consensus.CreateKey(consensus.KeySpec{ID: id, Hash: hash, Name: "admin (SERVICE_ADMIN_KEY)", Admin: true})
+		if err == nil {
+			_, err = n.cluster.raft.Apply(ctx, cmd)
+		}
+		if err != nil {
+			n.log.Warn("could not store SERVICE_ADMIN_KEY", "err", err)
+			return
+		}
+		n.log.Info("SERVICE_ADMIN_KEY stored as an admin key", "key_id", id)
 	}
+	for _, k := range n.cluster.raft.State().Keys() {
+		if !strings.HasPrefix(k.ID, envAdminKeyPrefix) || k.Hash == hash || k.Revoked {
+			continue
+		}
+		cmd, err := consensus.RevokeKey(k.ID)
+		if err == nil {
+			_, err = n.cluster.raft.Apply(ctx, cmd)
+		}
+		if err != nil {
+			n.log.Warn("could not revoke the previous SERVICE_ADMIN_KEY", "key_id", k.ID, "err", err)
+			continue
+		}
+		n.log.Info("previous SERVICE_ADMIN_KEY revoked", "key_id", k.ID)
+	}
+}
+
+// writeSecretFile writes content to path with mode 0600, atomically.
+func writeSecretFile(path, content string) error {
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

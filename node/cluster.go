@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -99,7 +100,10 @@ func (n *Node) startCluster(httpAddr string) error {
 	// Connect calls by peerauth signatures (one verifier, so one replay
 	// cache and one refusal counter, for every service on the port), and
 	// gossip by a key derived from it unless --gossip-key is given.
-	if c.mux, err = rpcmux.New(ln, secret, n.log); err != nil {
+	// With --peer-cert the RPC port is mutual TLS only (rpcmux); the
+	// secret keeps authenticating raft and every call inside it.
+	peerTLS := n.tls.peerTLS()
+	if c.mux, err = rpcmux.New(ln, secret, n.log, rpcmux.WithPeerTLS(peerTLS)); err != nil {
 		ln.Close()
 		return err
 	}
@@ -121,6 +125,13 @@ func (n *Node) startCluster(httpAddr string) error {
 			ln.Close()
 			return err
 		}
+		if err := n.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "infermesh", Subsystem: "rpc", Name: "tls_refused_total",
+			Help: "Connections to the RPC port refused by peer TLS (not TLS, no or an untrusted or expired certificate).",
+		}, func() float64 { return float64(c.mux.TLSRefused()) })); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	go c.mux.Serve()
 
@@ -133,6 +144,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		Voters:        cfg.Voters,
 		Members:       memberSource{n},
 		ClusterSecret: secret,
+		PeerTLS:       peerTLS,
 		PeerAuth:      consensus.PeerAuth{Client: signer, Handler: verifier},
 		OnFatal:       n.fatal,
 		Logger:        n.log,
@@ -191,7 +203,14 @@ func (n *Node) startCluster(httpAddr string) error {
 	}
 	policy := &replicatedPolicy{raft: c.raft, fallback: dispatch.Policy{Strategy: strategy}}
 	go n.seedPolicy()
-	if c.fwdCli, err = forward.NewClient(forward.ClientConfig{NodeID: cfg.NodeID, Signer: signer}, n.log, n.reg); err != nil {
+	fc := forward.ClientConfig{NodeID: cfg.NodeID, Signer: signer}
+	var xferOpts []transfer.ClientOption
+	if peerTLS != nil {
+		fc.Dial = peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)
+		fc.DialHTTP2 = peerTLS.DialContext(rpcmux.ALPNHTTP2, 2*time.Second) // Relay (upgrades) runs over HTTP/2
+		xferOpts = append(xferOpts, transfer.WithDialer(peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)))
+	}
+	if c.fwdCli, err = forward.NewClient(fc, n.log, n.reg); err != nil {
 		n.stopCluster(context.Background())
 		return err
 	}
@@ -221,7 +240,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		n.stopCluster(context.Background())
 		return err
 	}
-	if c.xferCli, err = transfer.NewClient(cfg.NodeID, secret); err != nil {
+	if c.xferCli, err = transfer.NewClient(cfg.NodeID, secret, xferOpts...); err != nil {
 		n.stopCluster(context.Background())
 		return err
 	}
@@ -230,9 +249,16 @@ func (n *Node) startCluster(httpAddr string) error {
 	rpc.Handle(path, h)
 	path, h = c.raft.Handler()
 	rpc.Handle(path, h)
+	path, h = c.raft.AdminHandler()
+	rpc.Handle(path, h)
 	path, h = c.fwdSrv.Handler()
 	rpc.Handle(path, h)
 	c.rpcSrv = forward.NewHTTPServer(rpc, n.log)
+	if peerTLS != nil {
+		// The mux hands TLS connections over; serve HTTP/2 on those that
+		// negotiated h2 (forward's server enables only h2c).
+		c.rpcSrv.Protocols.SetHTTP2(true)
+	}
 	go c.rpcSrv.Serve(c.mux.HTTP())
 	n.publishModels()
 	c.mesh.SetHealth(route.HealthReady)
@@ -373,7 +399,7 @@ func (n *Node) publishModels() {
 	info := map[string]mesh.ModelInfo{}
 	for _, m := range n.store.List() {
 		installed = append(installed, m.ID)
-		info[m.ID] = mesh.ModelInfo{WireID: m.WireID(), Task: m.Task, Created: m.Created}
+		info[m.ID] = mesh.ModelInfo{WireID: m.WireID(), Task: m.Task, Created: m.Created, SizeBytes: m.TotalSize()}
 	}
 	up := n.publishUpstream(info)
 	c.mesh.SetModelInfo(info)
@@ -472,4 +498,59 @@ func (n *Node) GossipAddr() string {
 		return ""
 	}
 	return n.cluster.mesh.GossipAddr()
+}
+
+// RaftPeers lists the raft configuration as this node knows it (the admin
+// route behind `infermesh raft peers`); it answers even without a leader,
+// which is when an operator needs it most.
+func (n *Node) RaftPeers() (api.RaftStatus, error) {
+	c := n.cluster
+	if c == nil || c.raft == nil {
+		return api.RaftStatus{}, errors.New("raft is not running on this node")
+	}
+	servers, err := c.raft.Servers()
+	if err != nil {
+		return api.RaftStatus{}, err
+	}
+	st := api.RaftStatus{Node: n.cfg.NodeID, Leader: c.raft.Leader()}
+	for _, s := range servers {
+		suffrage := "nonvoter"
+		if s.Voter {
+			suffrage = "voter"
+		}
+		st.Peers = append(st.Peers, api.RaftPeer{ID: s.ID, Address: s.Address, Suffrage: suffrage, Leader: s.Leader})
+	}
+	return st, nil
+}
+
+// RemoveRaftPeer removes server id from the raft configuration through the
+// leader (`infermesh raft remove-peer`).
+func (n *Node) RemoveRaftPeer(ctx context.Context, id string) error {
+	c := n.cluster
+	if c == nil || c.raft == nil {
+		return errors.New("raft is not running on this node")
+	}
+	err := c.raft.RemovePeer(ctx, id)
+	switch {
+	case errors.Is(err, consensus.ErrNoSuchServer):
+		return fmt.Errorf("%w: %w", api.ErrNotFound, err)
+	case errors.Is(err, consensus.ErrRemoveLeader):
+		return fmt.Errorf("%w: %w", api.ErrInvalid, err)
+	case errors.Is(err, consensus.ErrNoLeader):
+		return fmt.Errorf("%w: %w", api.ErrNoLeader, err)
+	}
+	return err
+}
+
+// RecoverRaft rewrites the raft state of a stopped node's data directory so
+// that the node restarts as the single voter of its cluster (`infermesh
+// raft recover`; see consensus.Recover for what this gives up). It takes
+// the data directory's lock, so it fails while the node runs.
+func RecoverRaft(dataDir, nodeID string, logger *slog.Logger) (consensus.RecoverResult, error) {
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return consensus.RecoverResult{}, err
+	}
+	defer lock.release()
+	return consensus.Recover(dataDir, nodeID, logger)
 }

@@ -73,6 +73,10 @@ type Config struct {
 	// Strategy, InflightCap, Weight, Canary and CanaryPercent are this
 	// node's routing settings until replicated policy overrides them.
 	Strategy string
+	// Engine is the node's role as operators name it: "local" (default)
+	// or "gateway". Both mean the same: every node routes requests across
+	// the mesh and serves the models it holds; a gateway may hold none.
+	Engine string
 	// InflightCap is how many requests this node serves at once before
 	// peers route elsewhere (1..100000; default 64).
 	InflightCap int
@@ -158,6 +162,7 @@ func Defaults() Config {
 		Version:      "dev",
 		Voters:       3,
 		Strategy:     "round-robin",
+		Engine:       EngineLocal,
 		InflightCap:  64,
 		Weight:       1,
 
@@ -234,6 +239,11 @@ func (c *Config) Validate() error {
 	case "round-robin", "least-latency", "least-connections", "weighted", "sticky":
 	default:
 		errs = append(errs, fmt.Errorf("strategy %q: want round-robin, least-latency, least-connections, weighted or sticky", c.Strategy))
+	}
+	switch c.Engine {
+	case "", EngineLocal, EngineGateway:
+	default:
+		errs = append(errs, fmt.Errorf("engine %q: want %s or %s", c.Engine, EngineLocal, EngineGateway))
 	}
 	if c.InflightCap < 1 || c.InflightCap > 100000 {
 		errs = append(errs, fmt.Errorf("inflight cap %d: want 1..100000", c.InflightCap))
@@ -323,3 +333,13 @@ func (c *Config) fillAddrs() {
 		c.RPCListen = net.JoinHostPort(c.internalHost(), "7947")
 	}
 }
+
+// Values of Config.Engine.
+const (
+	// EngineLocal is the default role: the node routes and serves the
+	// models it holds.
+	EngineLocal = "local"
+	// EngineGateway is accepted for deployments that name their routing
+	// nodes gateways; it behaves like EngineLocal (every node routes).
+	EngineGateway = "gateway"
+)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,7 @@ type Node struct {
 	ln       net.Listener
 	srv      *http.Server
 	legacy   *legacyServer
+	tls      *tlsState
 	served   chan error
 	started  time.Time
 	draining atomic.Bool
@@ -128,6 +130,10 @@ func New(cfg Config) (*Node, error) {
 
 // Start loads the installed models (making them warm) and starts serving.
 func (n *Node) Start(ctx context.Context) error {
+	var err error
+	if n.tls, err = newTLSState(n.cfg, n.log); err != nil {
+		return err
+	}
 	if err := n.engines.loadAll(ctx); err != nil {
 		return err
 	}
@@ -137,6 +143,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
 	ln = limitPerClient(ln, n.cfg.MaxConnsPerClient, nil)
+	if n.tls.client != nil {
+		ln = tls.NewListener(ln, n.tls.client.serverConfig())
+	}
 	n.ln = ln
 	n.engines.onChange = n.publishModels
 	if err := n.startCluster(ln.Addr().String()); err != nil {
@@ -151,6 +160,7 @@ func (n *Node) Start(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
+	n.tls.start()
 	n.started = n.clock()
 	n.served = make(chan error, 1)
 	go func() { n.served <- n.srv.Serve(ln) }()
@@ -184,10 +194,8 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.puller.Close()
 		if n.srv != nil {
 			err = errors.Join(n.drainCluster(ctx), n.waitIdle(ctx))
-			if n.limiter != nil {
-				if lerr := n.limiter.Drain(ctx); lerr != nil {
-					n.log.Warn("returning quota leases", "err", lerr)
-				}
+			if lerr := n.drainLimiter(ctx); lerr != nil {
+				n.log.Warn("returning quota leases", "err", lerr)
 			}
 			n.stopLegacy(ctx)
 			n.srv.SetKeepAlivesEnabled(false)
@@ -200,6 +208,7 @@ func (n *Node) Drain(ctx context.Context) error {
 			}
 		}
 		n.stopCluster(ctx)
+		n.tls.close()
 		n.batches.Close()
 		n.engines.close()
 		n.engines.upstream.Close()

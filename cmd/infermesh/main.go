@@ -102,6 +102,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.String(&cfg.ClusterSecret, "cluster-secret", "SERVICE_CLUSTER_SECRET", cfg.ClusterSecret, "shared secret for node-to-node calls (required with --join)")
 	f.Int(&cfg.Voters, "voters", "SERVICE_VOTERS", cfg.Voters, "raft voters to keep (3 or 5)")
 	f.String(&cfg.Strategy, "strategy", "SERVICE_STRATEGY", cfg.Strategy, "routing strategy: round-robin, least-latency, least-connections, weighted, sticky")
+	f.String(&cfg.Engine, "engine", "SERVICE_ENGINE", cfg.Engine, "node role: local or gateway (the same: every node routes across the mesh and serves the models it holds)")
 	f.Int(&cfg.InflightCap, "inflight-cap", "SERVICE_INFLIGHT_CAP", cfg.InflightCap, "requests this node serves at once before peers route elsewhere")
 	f.Int(&cfg.Weight, "weight", "SERVICE_WEIGHT", cfg.Weight, "this node's weight for the weighted strategy")
 	f.Bool(&cfg.Canary, "canary", "SERVICE_CANARY", cfg.Canary, "mark this node canary")

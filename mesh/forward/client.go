@@ -46,6 +46,15 @@ type ClientConfig struct {
 	// about half the per-call latency on loopback (see mesh/DESIGN.md);
 	// the server speaks both.
 	H2C bool
+	// Dial, when set, opens connections to peers instead of a plain TCP
+	// dial; the node passes a mutual-TLS dialer (rpcmux.PeerTLS) that
+	// returns finished TLS connections with the ALPN protocol matching
+	// H2C. URLs stay http://.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DialHTTP2 opens connections for Relay calls (upgrades such as
+	// WebSockets), which need HTTP/2 whatever H2C says: with peer TLS, a
+	// dialer whose ALPN protocol is h2. Nil dials plain TCP (h2c).
+	DialHTTP2 func(ctx context.Context, network, addr string) (net.Conn, error)
 	// MaxIdleConnsPerPeer bounds idle HTTP/1.1 connections kept per peer.
 	// It should cover the usual concurrency towards one peer, or
 	// connections churn. Default 512.
@@ -62,6 +71,8 @@ type Client struct {
 	http connect.HTTPClient
 	tr   *http.Transport
 	met  *clientMetrics
+	// relay holds the HTTP/2 clients of Relay calls.
+	relay *relayClients
 
 	mu    sync.RWMutex
 	peers map[string]forwardv1connect.ForwardServiceClient
@@ -106,6 +117,7 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 		http:  memBody{tr},
 		tr:    tr,
 		met:   met,
+		relay: newRelayClients(cfg, sign),
 		peers: map[string]forwardv1connect.ForwardServiceClient{},
 	}, nil
 }
@@ -119,8 +131,12 @@ func newTransport(cfg ClientConfig) *http.Transport {
 	} else {
 		p.SetHTTP1(true)
 	}
+	dial := (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	if cfg.Dial != nil {
+		dial = cfg.Dial
+	}
 	return &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dial,
 		Protocols:           p,
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerPeer,
 		IdleConnTimeout:     cfg.IdleConnTimeout,
@@ -166,7 +182,10 @@ func (m memBody) Do(r *http.Request) (*http.Response, error) {
 }
 
 // Close drops idle pooled connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.tr.CloseIdleConnections()
+	c.relay.tr.CloseIdleConnections()
+}
 
 func (c *Client) peer(addr string) forwardv1connect.ForwardServiceClient {
 	c.mu.RLock()

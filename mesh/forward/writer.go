@@ -30,8 +30,12 @@ func gateFlushes(h http.Handler) http.Handler {
 		// The client's own response gets a Date from its node's server;
 		// this internal one needs none.
 		w.Header()["Date"] = nil
-		if r.URL.Path == forwardv1connect.ForwardServiceForwardUnaryProcedure {
+		switch r.URL.Path {
+		case forwardv1connect.ForwardServiceForwardUnaryProcedure:
 			h.ServeHTTP(w, r) // one message: Connect flushes once, at the end
+			return
+		case forwardv1connect.ForwardServiceRelayProcedure:
+			h.ServeHTTP(w, r) // every relayed frame must leave at once
 			return
 		}
 		g := &flushGate{ResponseWriter: w}

@@ -14,10 +14,12 @@
 // with a malformed one, with a timestamp outside ±Skew of its clock, with a
 // signature that does not match, or whose nonce it has already seen within
 // the window. Signer and Verifier are connect.Interceptors: put the Signer
-// on clients and the Verifier on handlers. Unary and server-streaming calls
-// are supported (the request is one message); a server-streaming handler's
-// request is verified when the handler receives it, before the handler
-// runs. Other stream types are refused.
+// on clients and the Verifier on handlers. Unary, server-streaming and
+// bidirectional calls are supported: a streaming call is signed over its
+// first request message, and the handler's first Receive verifies it
+// before anything can be sent back. Later messages of a bidirectional
+// stream travel on the same authenticated HTTP/2 stream and are not
+// signed one by one. Client-streaming calls are refused.
 //
 // peerauth protects against nodes and processes that do not hold the
 // secret. It does not encrypt: anyone on the path still reads the bytes.
@@ -391,11 +393,12 @@ func (v *Verifier) WrapStreamingClient(next connect.StreamingClientFunc) connect
 }
 
 // WrapStreamingHandler verifies a server-streaming call when its request
-// message is received, which Connect does before the handler runs; nothing
-// can be sent before that. Client and bidirectional streams are refused.
+// message is received, which Connect does before the handler runs, and a
+// bidirectional call when the handler receives its first message; nothing
+// can be sent before that. Client streams are refused.
 func (v *Verifier) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if st := conn.Spec().StreamType; st != connect.StreamTypeServer {
+		if st := conn.Spec().StreamType; st != connect.StreamTypeServer && st != connect.StreamTypeBidi {
 			return v.refuse("stream_type", conn.Spec().Procedure, conn.Peer().Addr)
 		}
 		return next(ctx, &verifyingConn{StreamingHandlerConn: conn, v: v})
@@ -407,19 +410,26 @@ type verifyingConn struct {
 	v        *Verifier
 	received bool
 	verified bool
+	err      error // why the first message was refused; every later Receive fails with it
 }
 
-// Receive reads the request message and verifies it; only the first
-// message is accepted.
+// Receive reads the first request message and verifies it. Later
+// messages (bidirectional streams) pass through; a server-streaming
+// call's second Receive is Connect's check for the end of the request.
 func (c *verifyingConn) Receive(msg any) error {
 	if c.received {
+		if !c.verified {
+			return c.err
+		}
 		return c.StreamingHandlerConn.Receive(msg) // Connect checks for EOF
 	}
 	c.received = true
 	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
+		c.err = err
 		return err
 	}
 	if err := c.v.verify(streamMethod, c.Spec().Procedure, c.Peer().Addr, c.RequestHeader(), msg); err != nil {
+		c.err = err
 		return err
 	}
 	c.verified = true

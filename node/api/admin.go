@@ -37,6 +37,9 @@ type Governance interface {
 	// StateDigest identifies this node's replicated state for convergence
 	// checks: node_id, digest, applied_index, leader and is_leader.
 	StateDigest() map[string]any
+	// WaitApplied waits until this node's replica has applied the raft
+	// log entry index (or ctx ends) and returns its applied index.
+	WaitApplied(ctx context.Context, index uint64) (uint64, error)
 }
 
 // Governance errors the node returns; the admin routes map them to statuses.
@@ -204,6 +207,7 @@ func (s *Server) adminRoutes(r chi.Router) {
 		}
 		writeJSON(w, http.StatusOK, p)
 	})
+	s.raftAdminRoutes(r)
 	r.Get("/server/state-digest", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.opt.Governance.StateDigest())
 	})

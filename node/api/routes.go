@@ -27,6 +27,9 @@ func (s *Server) routes() chi.Router {
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		if allow := s.allowedMethods(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
 		WriteError(w, Errorf(http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed, "",
 			fmt.Sprintf("Method %s is not allowed for %s.", r.Method, r.URL.Path)))
 	})
@@ -43,7 +46,6 @@ func (s *Server) routes() chi.Router {
 		r.Get("/batch/embeddings", s.listBatches)
 		r.Get("/batch/embeddings/{id}", s.getBatch)
 		r.Delete("/batch/embeddings/{id}", s.cancelBatch)
-		r.Get("/audio/transcriptions/stream", s.queryModelRoute("live speech-to-text"))
 
 		s.hubRoutes(r)
 		r.Get("/models", s.listModels)
@@ -84,6 +86,7 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/images/describe", wrap(MaxImageBody, string(engine.TaskImageDescription), false, s.imagesDescribe))
 	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.audioSpeech))
 	r.Get("/audio/voices", wrap(MaxJSONBody, "", true, s.audioVoices))
+	r.Get("/audio/transcriptions/stream", stripLiveKey(wrap(MaxJSONBody, "", false, s.liveTranscriptions)))
 	r.Post("/audio/clone", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioClone))
 }
 
@@ -99,6 +102,7 @@ func (s *Server) localRoutes() chi.Router {
 	r.Route("/v1", func(r chi.Router) {
 		s.modelRoutes(r, false)
 		r.Post("/models/pull", s.pullLocal)
+		s.appliedRoutes(r)
 	})
 	return r
 }
@@ -125,17 +129,27 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		default:
 			model, stream, _ = peekRoute(body)
 		}
+		if model != "" && s.opt.Backend.Blocked(model) {
+			WriteError(w, Errorf(http.StatusForbidden, TypePermission, CodeModelBlocked, "model",
+				fmt.Sprintf("The model '%s' is blocked by the pool policy.", model)))
+			return
+		}
 		if model == "" && defaultTask != "" {
+			// The default model of the task is never a blocked one.
 			model = s.opt.Backend.DefaultModel(defaultTask)
+		}
+		if (model != "" || defaultTask != "") && s.opt.Backend.DrainingOnly(model, defaultTask) {
+			// Every node that holds the model is draining (this one
+			// included): a retry elsewhere or later will find one.
+			WriteError(w, drainingError())
+			return
 		}
 		m, ok := s.opt.Backend.Model(model)
 		if model == "" || !ok {
 			h(w, r)
 			return
 		}
-		if m.Deprecation != "" {
-			w.Header().Set("X-AI-Model-Deprecated", m.Deprecation)
-		}
+		markDeprecated(w, m)
 		sw := &statusWriter{ResponseWriter: w}
 		if done, e := s.admit(r, m.ID); e != nil {
 			WriteError(w, e)
@@ -145,4 +159,16 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		}
 		s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream || !small)
 	}
+}
+
+// allowedMethods lists the methods the public router serves at path, for
+// the Allow header of a 405.
+func (s *Server) allowedMethods(path string) string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		if s.router != nil && s.router.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
 }

@@ -46,8 +46,8 @@ type Model struct {
 	// Created is when the model was installed (for provider models, when
 	// the provider list was loaded), in Unix seconds.
 	Created int64
-	// SizeBytes is the total size of the model's files on this node; 0 for
-	// provider models and models only peers hold.
+	// SizeBytes is the total size of the model's files on this node, or
+	// as a peer that holds it gossips it; 0 for provider models.
 	SizeBytes int64
 	// Warm reports whether the model is loaded on some node and serves
 	// without a cold start.
@@ -83,6 +83,19 @@ type Backend interface {
 	Members() []Member
 	// Draining reports whether the node is shutting down.
 	Draining() bool
+	// NotReady says why the node cannot serve every request yet (its copy
+	// of the replicated keys is catching up, no leader is known); "" when
+	// it can. /readyz answers 503 with the reason while it is not "".
+	NotReady() string
+	// Blocked reports whether the pool policy blocks model id (canonical
+	// or wire id); requests naming it are refused with 403 model_blocked.
+	Blocked(id string) bool
+	// DrainingOnly reports whether some node holds model id (canonical
+	// or wire id; "" means any model of task) and every node that holds
+	// it is draining, this one included: a request for it is answered 503
+	// server_draining with Retry-After instead of being routed or
+	// answered "not found".
+	DrainingOnly(id, task string) bool
 	// Status describes the node for the dashboard (id, state, version,
 	// uptime, models, peers); the API adds request statistics to it.
 	Status() map[string]any

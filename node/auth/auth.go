@@ -102,7 +102,7 @@ func (a *Authenticator) Authenticate(r *http.Request, clientAddr string, forward
 		a.m.forwarded.Inc()
 		return c, nil
 	}
-	plaintext, present := KeyFromHeader(r.Header)
+	plaintext, present := KeyFromRequest(r)
 	local := a.isLocal(r, clientAddr)
 	if local && !present {
 		a.m.local.Inc()
@@ -206,6 +206,34 @@ func KeyFromHeader(h http.Header) (string, bool) {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
 			return v, true
 		}
+	}
+	return "", false
+}
+
+// KeyPrefixSubprotocol marks a WebSocket subprotocol that carries an API
+// key: browsers cannot set headers on a WebSocket, so they offer
+// "infermesh.key.<key>" next to the real subprotocol.
+const KeyPrefixSubprotocol = "infermesh.key."
+
+// KeyFromRequest returns the API key a request carries: from its headers
+// (KeyFromHeader) or, for a WebSocket upgrade only, from the query
+// parameter api_key or a subprotocol KeyPrefixSubprotocol+key. Headers win.
+func KeyFromRequest(r *http.Request) (string, bool) {
+	if k, ok := KeyFromHeader(r.Header); ok {
+		return k, true
+	}
+	if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return "", false
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if k, ok := strings.CutPrefix(strings.TrimSpace(p), KeyPrefixSubprotocol); ok && k != "" {
+				return k, true
+			}
+		}
+	}
+	if k := strings.TrimSpace(r.URL.Query().Get("api_key")); k != "" {
+		return k, true
 	}
 	return "", false
 }

@@ -228,9 +228,12 @@ func (d *Dispatcher) Serve(w http.ResponseWriter, r *http.Request, f Facts, body
 		}
 		var o Outcome
 		var done bool
-		if p.Self {
+		switch up := upgradeProtocol(r); {
+		case p.Self:
 			o, done = d.tryLocal(w, r, f, body, last, true)
-		} else {
+		case up != "":
+			o, done = d.tryUpgrade(w, r, f, p, up, last)
+		default:
 			o, done = d.tryRemote(w, r, f, body, p, last)
 		}
 		o.Attempts = i + 1

@@ -121,9 +121,10 @@ type attemptWriter struct {
 // Header returns the handler's response headers.
 func (a *attemptWriter) Header() http.Header { return a.header }
 
-// WriteHeader commits the response, or swallows a retryable one.
+// WriteHeader commits the response, or swallows a retryable one. 101
+// (an upgrade the handler then hijacks) commits like a final status.
 func (a *attemptWriter) WriteHeader(code int) {
-	if a.committed || a.suppressed || (code >= 100 && code < 200) {
+	if a.committed || a.suppressed || (code >= 100 && code < 200 && code != http.StatusSwitchingProtocols) {
 		return
 	}
 	a.status = code

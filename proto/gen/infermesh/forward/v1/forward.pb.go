@@ -704,6 +704,239 @@ func (x *Usage) GetCompletionTokens() int64 {
 	return 0
 }
 
+// RelayRequest is one frame from the node that holds the client's
+// connection.
+type RelayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Frame is an Open (first, exactly once) or Data.
+	//
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*RelayRequest_Open
+	//	*RelayRequest_Data
+	Frame         isRelayRequest_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayRequest) Reset() {
+	*x = RelayRequest{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayRequest) ProtoMessage() {}
+
+func (x *RelayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayRequest.ProtoReflect.Descriptor instead.
+func (*RelayRequest) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RelayRequest) GetFrame() isRelayRequest_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *RelayRequest) GetOpen() *RelayOpen {
+	if x != nil {
+		if x, ok := x.Frame.(*RelayRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *RelayRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*RelayRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isRelayRequest_Frame interface {
+	isRelayRequest_Frame()
+}
+
+type RelayRequest_Open struct {
+	// The upgrade request; always the first frame.
+	Open *RelayOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type RelayRequest_Data struct {
+	// Bytes the client sent, in order.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*RelayRequest_Open) isRelayRequest_Frame() {}
+
+func (*RelayRequest_Data) isRelayRequest_Frame() {}
+
+// RelayOpen starts a Relay call.
+type RelayOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client's upgrade request, without a body. Its hop-by-hop headers
+	// (Connection, Upgrade) are not sent; protocol stands for them.
+	Request *ForwardRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// The protocol the client asked to upgrade to (its Upgrade header), e.g.
+	// "websocket".
+	Protocol      string `protobuf:"bytes,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayOpen) Reset() {
+	*x = RelayOpen{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayOpen) ProtoMessage() {}
+
+func (x *RelayOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayOpen.ProtoReflect.Descriptor instead.
+func (*RelayOpen) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RelayOpen) GetRequest() *ForwardRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *RelayOpen) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+// RelayResponse is one frame from the serving node.
+type RelayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Frame is a Head (first, exactly once) or Data.
+	//
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*RelayResponse_Head
+	//	*RelayResponse_Data
+	Frame         isRelayResponse_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayResponse) Reset() {
+	*x = RelayResponse{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayResponse) ProtoMessage() {}
+
+func (x *RelayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayResponse.ProtoReflect.Descriptor instead.
+func (*RelayResponse) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RelayResponse) GetFrame() isRelayResponse_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *RelayResponse) GetHead() *Head {
+	if x != nil {
+		if x, ok := x.Frame.(*RelayResponse_Head); ok {
+			return x.Head
+		}
+	}
+	return nil
+}
+
+func (x *RelayResponse) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*RelayResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isRelayResponse_Frame interface {
+	isRelayResponse_Frame()
+}
+
+type RelayResponse_Head struct {
+	// The response status and headers; 101 means the connection upgraded.
+	Head *Head `protobuf:"bytes,1,opt,name=head,proto3,oneof"`
+}
+
+type RelayResponse_Data struct {
+	// Response bytes: the body of a refusal, or the upgraded connection's
+	// bytes after a 101 head.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*RelayResponse_Head) isRelayResponse_Frame() {}
+
+func (*RelayResponse_Data) isRelayResponse_Frame() {}
+
 var File_infermesh_forward_v1_forward_proto protoreflect.FileDescriptor
 
 const file_infermesh_forward_v1_forward_proto_rawDesc = "" +
@@ -752,10 +985,22 @@ const file_infermesh_forward_v1_forward_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens2\xbd\x01\n" +
+	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\"d\n" +
+	"\fRelayRequest\x125\n" +
+	"\x04open\x18\x01 \x01(\v2\x1f.infermesh.forward.v1.RelayOpenH\x00R\x04open\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
+	"\x05frame\"g\n" +
+	"\tRelayOpen\x12>\n" +
+	"\arequest\x18\x01 \x01(\v2$.infermesh.forward.v1.ForwardRequestR\arequest\x12\x1a\n" +
+	"\bprotocol\x18\x02 \x01(\tR\bprotocol\"`\n" +
+	"\rRelayResponse\x120\n" +
+	"\x04head\x18\x01 \x01(\v2\x1a.infermesh.forward.v1.HeadH\x00R\x04head\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
+	"\x05frame2\x93\x02\n" +
 	"\x0eForwardService\x12X\n" +
 	"\aForward\x12$.infermesh.forward.v1.ForwardRequest\x1a%.infermesh.forward.v1.ForwardResponse0\x01\x12Q\n" +
-	"\fForwardUnary\x12$.infermesh.forward.v1.ForwardRequest\x1a\x1b.infermesh.forward.v1.WholeB\xe3\x01\n" +
+	"\fForwardUnary\x12$.infermesh.forward.v1.ForwardRequest\x1a\x1b.infermesh.forward.v1.Whole\x12T\n" +
+	"\x05Relay\x12\".infermesh.forward.v1.RelayRequest\x1a#.infermesh.forward.v1.RelayResponse(\x010\x01B\xe3\x01\n" +
 	"\x18com.infermesh.forward.v1B\fForwardProtoP\x01ZGgithub.com/infermesh/infermesh/proto/gen/infermesh/forward/v1;forwardv1\xa2\x02\x03IFX\xaa\x02\x14Infermesh.Forward.V1\xca\x02\x14Infermesh\\Forward\\V1\xe2\x02 Infermesh\\Forward\\V1\\GPBMetadata\xea\x02\x16Infermesh::Forward::V1b\x06proto3"
 
 var (
@@ -770,7 +1015,7 @@ func file_infermesh_forward_v1_forward_proto_rawDescGZIP() []byte {
 	return file_infermesh_forward_v1_forward_proto_rawDescData
 }
 
-var file_infermesh_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_infermesh_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_infermesh_forward_v1_forward_proto_goTypes = []any{
 	(*Header)(nil),          // 0: infermesh.forward.v1.Header
 	(*Caller)(nil),          // 1: infermesh.forward.v1.Caller
@@ -781,6 +1026,9 @@ var file_infermesh_forward_v1_forward_proto_goTypes = []any{
 	(*Chunk)(nil),           // 6: infermesh.forward.v1.Chunk
 	(*Trailer)(nil),         // 7: infermesh.forward.v1.Trailer
 	(*Usage)(nil),           // 8: infermesh.forward.v1.Usage
+	(*RelayRequest)(nil),    // 9: infermesh.forward.v1.RelayRequest
+	(*RelayOpen)(nil),       // 10: infermesh.forward.v1.RelayOpen
+	(*RelayResponse)(nil),   // 11: infermesh.forward.v1.RelayResponse
 }
 var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	0,  // 0: infermesh.forward.v1.ForwardRequest.headers:type_name -> infermesh.forward.v1.Header
@@ -793,15 +1041,20 @@ var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	7,  // 7: infermesh.forward.v1.Whole.trailer:type_name -> infermesh.forward.v1.Trailer
 	0,  // 8: infermesh.forward.v1.Head.headers:type_name -> infermesh.forward.v1.Header
 	8,  // 9: infermesh.forward.v1.Trailer.usage:type_name -> infermesh.forward.v1.Usage
-	2,  // 10: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
-	2,  // 11: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
-	3,  // 12: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
-	4,  // 13: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	10, // 10: infermesh.forward.v1.RelayRequest.open:type_name -> infermesh.forward.v1.RelayOpen
+	2,  // 11: infermesh.forward.v1.RelayOpen.request:type_name -> infermesh.forward.v1.ForwardRequest
+	5,  // 12: infermesh.forward.v1.RelayResponse.head:type_name -> infermesh.forward.v1.Head
+	2,  // 13: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
+	2,  // 14: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
+	9,  // 15: infermesh.forward.v1.ForwardService.Relay:input_type -> infermesh.forward.v1.RelayRequest
+	3,  // 16: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
+	4,  // 17: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
+	11, // 18: infermesh.forward.v1.ForwardService.Relay:output_type -> infermesh.forward.v1.RelayResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_infermesh_forward_v1_forward_proto_init() }
@@ -815,13 +1068,21 @@ func file_infermesh_forward_v1_forward_proto_init() {
 		(*ForwardResponse_Trailer)(nil),
 		(*ForwardResponse_Whole)(nil),
 	}
+	file_infermesh_forward_v1_forward_proto_msgTypes[9].OneofWrappers = []any{
+		(*RelayRequest_Open)(nil),
+		(*RelayRequest_Data)(nil),
+	}
+	file_infermesh_forward_v1_forward_proto_msgTypes[11].OneofWrappers = []any{
+		(*RelayResponse_Head)(nil),
+		(*RelayResponse_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infermesh_forward_v1_forward_proto_rawDesc), len(file_infermesh_forward_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,8 @@ const (
 	// ForwardServiceForwardUnaryProcedure is the fully-qualified name of the ForwardService's
 	// ForwardUnary RPC.
 	ForwardServiceForwardUnaryProcedure = "/infermesh.forward.v1.ForwardService/ForwardUnary"
+	// ForwardServiceRelayProcedure is the fully-qualified name of the ForwardService's Relay RPC.
+	ForwardServiceRelayProcedure = "/infermesh.forward.v1.ForwardService/Relay"
 )
 
 // ForwardServiceClient is a client for the infermesh.forward.v1.ForwardService service.
@@ -61,6 +63,16 @@ type ForwardServiceClient interface {
 	// ignored; a response over the server's unary limit fails with
 	// RESOURCE_EXHAUSTED before any of it is sent.
 	ForwardUnary(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error)
+	// Relay carries an HTTP upgrade (a WebSocket) to the peer that serves it
+	// and then the upgraded connection's bytes both ways. The caller sends
+	// one RelayOpen first, then Data as the client sends bytes, and closes
+	// its side when the client does. The peer replays the request on its
+	// local-only handler and answers one Head; after a 101 Head, Data frames
+	// are the upgraded connection's bytes until the handler closes it (the
+	// end of the stream). After any other Head they are the response body.
+	// It needs HTTP/2 between the nodes. A draining node refuses new calls
+	// with UNAVAILABLE.
+	Relay(context.Context) *connect.BidiStreamForClient[v1.RelayRequest, v1.RelayResponse]
 }
 
 // NewForwardServiceClient constructs a client for the infermesh.forward.v1.ForwardService service.
@@ -86,6 +98,12 @@ func NewForwardServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(forwardServiceMethods.ByName("ForwardUnary")),
 			connect.WithClientOptions(opts...),
 		),
+		relay: connect.NewClient[v1.RelayRequest, v1.RelayResponse](
+			httpClient,
+			baseURL+ForwardServiceRelayProcedure,
+			connect.WithSchema(forwardServiceMethods.ByName("Relay")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -93,6 +111,7 @@ func NewForwardServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 type forwardServiceClient struct {
 	forward      *connect.Client[v1.ForwardRequest, v1.ForwardResponse]
 	forwardUnary *connect.Client[v1.ForwardRequest, v1.Whole]
+	relay        *connect.Client[v1.RelayRequest, v1.RelayResponse]
 }
 
 // Forward calls infermesh.forward.v1.ForwardService.Forward.
@@ -103,6 +122,11 @@ func (c *forwardServiceClient) Forward(ctx context.Context, req *connect.Request
 // ForwardUnary calls infermesh.forward.v1.ForwardService.ForwardUnary.
 func (c *forwardServiceClient) ForwardUnary(ctx context.Context, req *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error) {
 	return c.forwardUnary.CallUnary(ctx, req)
+}
+
+// Relay calls infermesh.forward.v1.ForwardService.Relay.
+func (c *forwardServiceClient) Relay(ctx context.Context) *connect.BidiStreamForClient[v1.RelayRequest, v1.RelayResponse] {
+	return c.relay.CallBidiStream(ctx)
 }
 
 // ForwardServiceHandler is an implementation of the infermesh.forward.v1.ForwardService service.
@@ -123,6 +147,16 @@ type ForwardServiceHandler interface {
 	// ignored; a response over the server's unary limit fails with
 	// RESOURCE_EXHAUSTED before any of it is sent.
 	ForwardUnary(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error)
+	// Relay carries an HTTP upgrade (a WebSocket) to the peer that serves it
+	// and then the upgraded connection's bytes both ways. The caller sends
+	// one RelayOpen first, then Data as the client sends bytes, and closes
+	// its side when the client does. The peer replays the request on its
+	// local-only handler and answers one Head; after a 101 Head, Data frames
+	// are the upgraded connection's bytes until the handler closes it (the
+	// end of the stream). After any other Head they are the response body.
+	// It needs HTTP/2 between the nodes. A draining node refuses new calls
+	// with UNAVAILABLE.
+	Relay(context.Context, *connect.BidiStream[v1.RelayRequest, v1.RelayResponse]) error
 }
 
 // NewForwardServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -144,12 +178,20 @@ func NewForwardServiceHandler(svc ForwardServiceHandler, opts ...connect.Handler
 		connect.WithSchema(forwardServiceMethods.ByName("ForwardUnary")),
 		connect.WithHandlerOptions(opts...),
 	)
+	forwardServiceRelayHandler := connect.NewBidiStreamHandler(
+		ForwardServiceRelayProcedure,
+		svc.Relay,
+		connect.WithSchema(forwardServiceMethods.ByName("Relay")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/infermesh.forward.v1.ForwardService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ForwardServiceForwardProcedure:
 			forwardServiceForwardHandler.ServeHTTP(w, r)
 		case ForwardServiceForwardUnaryProcedure:
 			forwardServiceForwardUnaryHandler.ServeHTTP(w, r)
+		case ForwardServiceRelayProcedure:
+			forwardServiceRelayHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -165,4 +207,8 @@ func (UnimplementedForwardServiceHandler) Forward(context.Context, *connect.Requ
 
 func (UnimplementedForwardServiceHandler) ForwardUnary(context.Context, *connect.Request[v1.ForwardRequest]) (*connect.Response[v1.Whole], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infermesh.forward.v1.ForwardService.ForwardUnary is not implemented"))
+}
+
+func (UnimplementedForwardServiceHandler) Relay(context.Context, *connect.BidiStream[v1.RelayRequest, v1.RelayResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("infermesh.forward.v1.ForwardService.Relay is not implemented"))
 }
