@@ -113,6 +113,32 @@ func TestSpeechThroughMesh(t *testing.T) {
 		t.Errorf("round trip WER %d/%d > 10 %%", e, len(ref))
 	}
 
+	// A Spanish clip made by the project's own TTS: Whisper detects the
+	// language and translates it to English with the content words.
+	esWav := speak(long["es"], voices["es"], "wav")
+	vres, err := cl.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{File: bytes.NewReader(esWav), Model: "onnx/whisper/base",
+		ResponseFormat: openai.AudioResponseFormatVerboseJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var esv struct{ Language, Text string }
+	json.Unmarshal([]byte(vres.RawJSON()), &esv)
+	//lint:ignore SA1019 the SDK marks translations deprecated; the route is part of the API we serve
+	en, err := cl.Audio.Translations.New(ctx, openai.AudioTranslationNewParams{File: bytes.NewReader(esWav), Model: "onnx/whisper/base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := 0
+	for _, w := range []string{"weather", "river", "boats", "bridge", "walked"} {
+		if strings.Contains(strings.ToLower(en.Text), w) {
+			hits++
+		}
+	}
+	t.Logf("Spanish clip: detected %q, transcribed %q, translated %q (%d/5 content words)", esv.Language, esv.Text, en.Text, hits)
+	if esv.Language != "spanish" || hits < 3 {
+		t.Errorf("Spanish clip: language %q, %d/5 English content words in %q", esv.Language, hits, en.Text)
+	}
+
 	// Streaming as server-sent events: several audio deltas (one a
 	// sentence or more) arrive before the done event.
 	body, _ := json.Marshal(map[string]any{"model": model, "input": long["en"] + " " + long["en"], "voice": "af_heart",
