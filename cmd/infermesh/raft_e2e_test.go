@@ -108,6 +108,23 @@ func TestEndToEndTwoNodeRaftAvailability(t *testing.T) {
 	b = restartProc(t, b)
 	waitRoles(t, a, map[string]string{"raft-a": "voter", "raft-b": "nonvoter"})
 
+	// The returning non-voter catches up on what was written while it was
+	// away (recovery below keeps only what the survivor's log holds).
+	eventually(t, 30*time.Second, "raft-b to replicate the key written while it was down", func() error {
+		var keys struct {
+			Data []struct{ Name string } `json:"data"`
+		}
+		if _, err := call(b, "GET", "/v1/server/keys", nil, &keys); err != nil {
+			return err
+		}
+		for _, k := range keys.Data {
+			if k.Name == "after-losing-b" {
+				return nil
+			}
+		}
+		return fmt.Errorf("raft-b has %d keys, not yet after-losing-b", len(keys.Data))
+	})
+
 	// Now the voter dies for good: the survivor cannot write…
 	stopProc(t, a, syscall.SIGKILL)
 	eventually(t, 30*time.Second, "the survivor to refuse writes", func() error {
