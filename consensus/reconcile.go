@@ -131,7 +131,9 @@ func (n *Node) reconcile() error {
 	if err := f.Error(); err != nil {
 		return err
 	}
-	servers := f.Configuration().Servers
+	// raft hands out its own configuration slice: sort a copy (sorting it
+	// in place raced with every other reader, found by -race).
+	servers := slices.Clone(f.Configuration().Servers)
 	if n.cfg.Members != nil {
 		n.members.merge(n.cfg.Members.Members(), servers)
 	}
