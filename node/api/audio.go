@@ -131,13 +131,8 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 		writeErr(w, err)
 		return
 	}
-	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskSpeechToText, req.Model)
-	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, ModelNotFound(req.Model))
-		return
-	}
-	if err != nil {
-		writeErr(w, err)
+	eng, id, ok := s.taskEngine(w, r, engine.TaskSpeechToText, req.Model)
+	if !ok {
 		return
 	}
 	tr := eng.(engine.Transcriber)

@@ -100,13 +100,8 @@ func (s *Server) audioClone(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	eng, _, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskVoiceCloning, req.Model)
-	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, ModelNotFound(req.Model))
-		return
-	}
-	if err != nil {
-		writeErr(w, err)
+	eng, _, ok := s.taskEngine(w, r, engine.TaskVoiceCloning, req.Model)
+	if !ok {
 		return
 	}
 	ref, seconds, err := audiocodec.Decode(req.reference, engine.MaxReferenceSeconds)

@@ -107,13 +107,8 @@ func (s *Server) liveTranscriptions(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskSpeechToText, p.model)
-	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, ModelNotFound(p.model))
-		return
-	}
-	if err != nil {
-		writeErr(w, err)
+	eng, id, ok := s.taskEngine(w, r, engine.TaskSpeechToText, p.model)
+	if !ok {
 		return
 	}
 	tr := eng.(engine.Transcriber)

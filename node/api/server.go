@@ -247,3 +247,19 @@ func (s *Server) InFlight() int64 { return s.metrics.recent.inflight() }
 
 // Handler returns the public HTTP handler.
 func (s *Server) Handler() http.Handler { return s.router }
+
+// taskEngine returns the engine that serves task for model (empty: the
+// default) and its canonical id. When there is none it writes the error,
+// 404 model_not_found naming model for an unknown one, and returns false.
+func (s *Server) taskEngine(w http.ResponseWriter, r *http.Request, task engine.Task, model string) (engine.Engine, string, bool) {
+	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), task, model)
+	if errors.Is(err, ErrModelNotFound) {
+		WriteError(w, ModelNotFound(model))
+		return nil, "", false
+	}
+	if err != nil {
+		writeErr(w, err)
+		return nil, "", false
+	}
+	return eng, id, true
+}

@@ -183,13 +183,8 @@ func (s *Server) audioSpeech(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	eng, _, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskTextToSpeech, req.Model)
-	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, ModelNotFound(req.Model))
-		return
-	}
-	if err != nil {
-		writeErr(w, err)
+	eng, _, ok := s.taskEngine(w, r, engine.TaskTextToSpeech, req.Model)
+	if !ok {
 		return
 	}
 	sp := eng.(engine.Speaker)
@@ -208,13 +203,8 @@ func (s *Server) audioVoices(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, BadRequest(CodeMissingParam, "model", "You must provide a model query parameter."))
 		return
 	}
-	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskTextToSpeech, model)
-	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, ModelNotFound(model))
-		return
-	}
-	if err != nil {
-		writeErr(w, err)
+	eng, id, ok := s.taskEngine(w, r, engine.TaskTextToSpeech, model)
+	if !ok {
 		return
 	}
 	sp := eng.(engine.Speaker)

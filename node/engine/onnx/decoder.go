@@ -107,15 +107,15 @@ func newDecoder(spec engine.Spec) (*decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctxWin, err := intOption(spec.Options, "context_window", defaultContext, 2, chat.MaxContextTokens)
+	ctxWin, err := IntOption(spec.Options, "context_window", defaultContext, 2, chat.MaxContextTokens)
 	if err != nil {
 		return nil, err
 	}
-	maxOut, err := intOption(spec.Options, "max_output", min(defaultMaxOut, ctxWin), 1, min(ctxWin, chat.MaxOutputTokensLimit))
+	maxOut, err := IntOption(spec.Options, "max_output", min(defaultMaxOut, ctxWin), 1, min(ctxWin, chat.MaxOutputTokensLimit))
 	if err != nil {
 		return nil, err
 	}
-	conc, err := intOption(spec.Options, "concurrency", runtime.NumCPU(), 1, 1024)
+	conc, err := IntOption(spec.Options, "concurrency", runtime.NumCPU(), 1, 1024)
 	if err != nil {
 		return nil, err
 	}
@@ -189,15 +189,7 @@ func pastLayer(name string) (int, bool) {
 // openSession reads the model's signature (layers, kv heads, head size,
 // vocabulary rows) with a probe session, then creates the real one.
 func (d *decoder) openSession(r *Runtime, path string) error {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return err
-	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return err
-	}
-	ins, outs, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	ins, outs, err := ReadSignature(path)
 	if err != nil {
 		return fmt.Errorf("read model %s: %w", path, err)
 	}
@@ -323,19 +315,14 @@ func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func
 	}
 	defer kv.close()
 	// The terminate callback may already be running when Generate returns;
-	// wait for it before kv.close destroys the run options it uses (a
-	// data race the race detector found, and a use-after-free in C).
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		_ = kv.opts.Terminate()
+	// RunCancellable waits for it before kv.close destroys the run options
+	// it uses (a data race the race detector found, and a use-after-free in C).
+	var resp engine.ChatResponse
+	err = RunCancellable(ctx, kv.opts, func() error {
+		var gerr error
+		resp, gerr = d.model.Generate(ctx, plan, kv, onDelta)
+		return gerr
 	})
-	defer func() {
-		if !stop() {
-			<-terminated
-		}
-	}()
-	resp, err := d.model.Generate(ctx, plan, kv, onDelta)
 	if err != nil && ctx.Err() != nil {
 		return resp, ctx.Err()
 	}

@@ -121,7 +121,7 @@ func newEmbedderConfig(spec engine.Spec) (*embedder, error) {
 		return nil, err
 	}
 	// At least one real token besides the special ones.
-	if e.maxTokens, err = intOption(opt, "max_tokens", defaultMaxTokens, tok.SpecialTokens()+1, maxTokensLimit); err != nil {
+	if e.maxTokens, err = IntOption(opt, "max_tokens", defaultMaxTokens, tok.SpecialTokens()+1, maxTokensLimit); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -141,17 +141,7 @@ func boolOption(opt map[string]string, key string, def bool) (bool, error) {
 
 // openSession inspects the model's inputs and outputs and creates the session.
 func (e *embedder) openSession(r *Runtime, path, dimsOption string) error {
-	// The probe session skips graph optimisation, so it costs little next
-	// to the real one.
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return err
-	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return err
-	}
-	ins, outs, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	ins, outs, err := ReadSignature(path)
 	if err != nil {
 		return fmt.Errorf("read model %s: %w", path, err)
 	}

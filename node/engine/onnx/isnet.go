@@ -7,7 +7,6 @@ import (
 	"image"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -79,11 +78,11 @@ func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemo
 	if err := r.checkLoad(spec, engine.TaskBackgroundRemoval); err != nil {
 		return nil, err
 	}
-	size, err := intOption(spec.Options, "input_size", isnetDefaultSize, 32, isnetMaxSize)
+	size, err := IntOption(spec.Options, "input_size", isnetDefaultSize, 32, isnetMaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
 	}
-	nSlots, err := intOption(spec.Options, "concurrency", 1, 1, isnetMaxRuns)
+	nSlots, err := IntOption(spec.Options, "concurrency", 1, 1, isnetMaxRuns)
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
 	}
@@ -127,32 +126,11 @@ func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemo
 	return e, nil
 }
 
-// intOption parses options[key] as an integer in [lo, hi], or returns def.
-func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
-	s, ok := options[key]
-	if !ok || s == "" {
-		return def, nil
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < lo || v > hi {
-		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
-	}
-	return v, nil
-}
-
 // isnetIO checks the model's signature against the expected shapes and
 // returns its input and output names. The probe session skips graph
 // optimisation, so it costs little next to the real one.
 func isnetIO(path string, size int) (string, string, error) {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return "", "", err
-	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return "", "", err
-	}
-	ins, outs, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	ins, outs, err := ReadSignature(path)
 	if err != nil {
 		return "", "", fmt.Errorf("read model signature: %w", err)
 	}
@@ -278,20 +256,9 @@ func (e *isnet) predict(ctx context.Context, src *image.NRGBA) ([]float32, error
 // run executes the session on the slot's tensors; ctx's cancellation sets the
 // slot's terminate flag, which ORT checks between graph nodes.
 func (e *isnet) run(ctx context.Context, slot *isnetSlot) error {
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		slot.run.Terminate()
+	err := RunCancellable(ctx, slot.run, func() error {
+		return e.session.RunWithOptions([]ort.Value{slot.inT}, []ort.Value{slot.outT}, slot.run)
 	})
-	err := e.session.RunWithOptions([]ort.Value{slot.inT}, []ort.Value{slot.outT}, slot.run)
-	if !stop() {
-		// The terminate callback started: wait for it, then make the
-		// slot's run options usable again.
-		<-terminated
-		if uerr := slot.run.UnsetTerminate(); uerr != nil && err == nil {
-			err = uerr
-		}
-	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr

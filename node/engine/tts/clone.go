@@ -75,7 +75,7 @@ func loadCloner(rt *onnx.Runtime, spec engine.Spec) (*OpenVoice, error) {
 			return nil, wrap(fmt.Errorf("spec names no %q file", role))
 		}
 	}
-	n, err := intOption(spec.Options, "concurrency", 1, 1, maxRuns)
+	n, err := onnx.IntOption(spec.Options, "concurrency", 1, 1, maxRuns)
 	if err != nil {
 		return nil, wrap(err)
 	}

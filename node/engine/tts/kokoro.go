@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -98,7 +97,7 @@ func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
 	if err != nil {
 		return nil, wrap(err)
 	}
-	n, err := intOption(spec.Options, "concurrency", 1, 1, maxRuns)
+	n, err := onnx.IntOption(spec.Options, "concurrency", 1, 1, maxRuns)
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -139,19 +138,6 @@ func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
 		return nil, wrap(err)
 	}
 	return k, nil
-}
-
-// intOption parses options[key] as an integer in [lo, hi], or returns def.
-func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
-	s, ok := options[key]
-	if !ok || s == "" {
-		return def, nil
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < lo || v > hi {
-		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
-	}
-	return v, nil
 }
 
 // loadKokoroVocab reads model.vocab of a tokenizer.json: one IPA symbol

@@ -73,15 +73,7 @@ func openModel(rt *onnx.Runtime, id, path string, ins, outs []string, n int) (*m
 // modelIO reads the input and output names of the model at path, with
 // graph optimisation off so the probe is cheap.
 func modelIO(path string) (ins, outs []ort.InputOutputInfo, err error) {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return nil, nil, err
-	}
-	ins, outs, err = ort.GetInputOutputInfoWithOptions(path, probe)
+	ins, outs, err = onnx.ReadSignature(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read model signature of %s: %w", path, err)
 	}
@@ -137,18 +129,9 @@ func (m *model) run(ctx context.Context, inputs []ort.Value) ([][]float32, []ort
 			}
 		}
 	}()
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		ro.Terminate()
+	err := onnx.RunCancellable(ctx, ro, func() error {
+		return m.session.RunWithOptions(inputs, outs, ro)
 	})
-	err := m.session.RunWithOptions(inputs, outs, ro)
-	if !stop() {
-		<-terminated
-		if uerr := ro.UnsetTerminate(); uerr != nil && err == nil {
-			err = uerr
-		}
-	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, nil, cerr

@@ -84,7 +84,7 @@ func loadPiper(rt *onnx.Runtime, spec engine.Spec) (*Piper, error) {
 	if spec.Files["model"] == "" {
 		return nil, wrap(fmt.Errorf("spec names no \"model\" file"))
 	}
-	n, err := intOption(spec.Options, "concurrency", 1, 1, maxRuns)
+	n, err := onnx.IntOption(spec.Options, "concurrency", 1, 1, maxRuns)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -93,29 +93,18 @@ func LoadDetector(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 }
 
 func newDetectorConfig(spec engine.Spec) (*detector, int, error) {
-	size, err := intOption(spec.Options, "input_size", centerNetSize, 32, centerNetMaxSize)
+	size, err := onnx.IntOption(spec.Options, "input_size", centerNetSize, 32, centerNetMaxSize)
 	if err != nil {
 		return nil, 0, err
 	}
 	if size%(8*centerNetStride) != 0 {
 		return nil, 0, fmt.Errorf("option input_size=%d: want a multiple of %d", size, 8*centerNetStride)
 	}
-	thr, err := floatOption(spec.Options, "confidence_threshold", DefaultDetectionThreshold, 0.001, 1)
+	thr, nms, nSlots, err := detectOptions(spec.Options, DefaultDetectionThreshold, DefaultDetectionNMS)
 	if err != nil {
 		return nil, 0, err
 	}
-	nms, err := floatOption(spec.Options, "nms_iou", DefaultDetectionNMS, 0.01, 1)
-	if err != nil {
-		return nil, 0, err
-	}
-	nSlots, err := intOption(spec.Options, "concurrency", 1, 1, maxConcurrency)
-	if err != nil {
-		return nil, 0, err
-	}
-	if spec.Files["labels"] == "" {
-		return nil, 0, errors.New("spec names no \"labels\" file")
-	}
-	labels, err := readLabels(filepath.Join(spec.Dir, spec.Files["labels"]))
+	labels, err := specLabels(spec)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -124,10 +113,19 @@ func newDetectorConfig(spec engine.Spec) (*detector, int, error) {
 		labels:    labels,
 		size:      size,
 		grid:      size / centerNetStride,
-		threshold: float32(thr),
-		nms:       float32(nms),
+		threshold: thr,
+		nms:       nms,
 		done:      make(chan struct{}),
 	}, nSlots, nil
+}
+
+// specLabels reads the class names of spec.Files["labels"], which must be
+// set.
+func specLabels(spec engine.Spec) ([]string, error) {
+	if spec.Files["labels"] == "" {
+		return nil, errors.New("spec names no \"labels\" file")
+	}
+	return readLabels(filepath.Join(spec.Dir, spec.Files["labels"]))
 }
 
 // readLabels reads one class name per non-empty line.

@@ -3,7 +3,6 @@ package vision
 import (
 	"context"
 	"fmt"
-	"os"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -45,22 +44,11 @@ type dynModel struct {
 // openDynModel checks the file's signature (names, element types, ranks
 // and any fixed sizes) and opens a session allowing n concurrent runs.
 func openDynModel(rt *onnx.Runtime, id, path string, ins, outs []ioSpec, n int) (*dynModel, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("model file: %w", err)
-	}
-	if err := checkIO(path, ins, outs); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	opts, err := rt.SessionOptions()
+	sess, err := openSession(rt, path, ins, outs)
 	if err != nil {
-		return nil, fmt.Errorf("session options: %w", err)
+		return nil, err
 	}
-	inNames, outNames := ioNames(ins), ioNames(outs)
-	sess, err := ort.NewDynamicAdvancedSession(path, inNames, outNames, opts)
-	opts.Destroy()
-	if err != nil {
-		return nil, fmt.Errorf("create session for %s: %w", path, err)
-	}
+	inNames, outNames := names(ins), names(outs)
 	m := &dynModel{id: id, sess: sess, ins: inNames, outs: outNames, runs: make(chan *ort.RunOptions, n)}
 	for range n {
 		ro, err := ort.NewRunOptions()
@@ -74,62 +62,28 @@ func openDynModel(rt *onnx.Runtime, id, path string, ins, outs []ioSpec, n int) 
 	return m, nil
 }
 
-func ioNames(specs []ioSpec) []string {
-	out := make([]string, len(specs))
-	for i, s := range specs {
-		out[i] = s.name
-	}
-	return out
-}
+// ioName is the input's or output's name.
+func (s ioSpec) ioName() string { return s.name }
 
-// checkIO reads the model's inputs and outputs without optimising the graph
-// and checks each wanted one.
-func checkIO(path string, ins, outs []ioSpec) error {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return err
+// check accepts a tensor of s's element type and, when s.dims is set, of
+// its rank and of its sizes where both the file and s fix them.
+func (s ioSpec) check(kind string, info *ort.InputOutputInfo) error {
+	if info.OrtValueType != ort.ONNXTypeTensor || info.DataType != s.dtype {
+		return fmt.Errorf("%s %q is %s, want a %s tensor", kind, s.name, info.String(), s.dtype)
 	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return err
-	}
-	fin, fout, err := ort.GetInputOutputInfoWithOptions(path, probe)
-	if err != nil {
-		return fmt.Errorf("read model signature: %w", err)
-	}
-	check := func(kind string, want []ioSpec, have []ort.InputOutputInfo) error {
-		for _, w := range want {
-			var info *ort.InputOutputInfo
-			for i := range have {
-				if have[i].Name == w.name {
-					info = &have[i]
-				}
-			}
-			if info == nil {
-				return fmt.Errorf("model has no %s %q", kind, w.name)
-			}
-			if info.OrtValueType != ort.ONNXTypeTensor || info.DataType != w.dtype {
-				return fmt.Errorf("%s %q is %s, want a %s tensor", kind, w.name, info.String(), w.dtype)
-			}
-			if w.dims == nil {
-				continue
-			}
-			d := info.Dimensions
-			if len(d) != len(w.dims) {
-				return fmt.Errorf("%s %q has shape %v, want rank %d (%v)", kind, w.name, d, len(w.dims), w.dims)
-			}
-			for i := range d {
-				if d[i] >= 0 && w.dims[i] >= 0 && d[i] != w.dims[i] {
-					return fmt.Errorf("%s %q has shape %v, want %v", kind, w.name, d, w.dims)
-				}
-			}
-		}
+	if s.dims == nil {
 		return nil
 	}
-	if err := check("input", ins, fin); err != nil {
-		return err
+	d := info.Dimensions
+	if len(d) != len(s.dims) {
+		return fmt.Errorf("%s %q has shape %v, want rank %d (%v)", kind, s.name, d, len(s.dims), s.dims)
 	}
-	return check("output", outs, fout)
+	for i := range d {
+		if d[i] >= 0 && s.dims[i] >= 0 && d[i] != s.dims[i] {
+			return fmt.Errorf("%s %q has shape %v, want %v", kind, s.name, d, s.dims)
+		}
+	}
+	return nil
 }
 
 // run executes the session on inputs (in the order of the input specs) and
@@ -157,18 +111,9 @@ func (m *dynModel) run(ctx context.Context, done <-chan struct{}, inputs []ort.V
 		return nil, err
 	}
 	outs := make([]ort.Value, len(m.outs))
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		ro.Terminate()
+	err := onnx.RunCancellable(ctx, ro, func() error {
+		return m.sess.RunWithOptions(inputs, outs, ro)
 	})
-	err := m.sess.RunWithOptions(inputs, outs, ro)
-	if !stop() {
-		<-terminated
-		if uerr := ro.UnsetTerminate(); uerr != nil && err == nil {
-			err = uerr
-		}
-	}
 	if err != nil {
 		destroyAll(outs)
 		if cerr := ctx.Err(); cerr != nil {

@@ -116,18 +116,14 @@ func LoadFaces(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 }
 
 func newFacesConfig(spec engine.Spec) (*faces, int, error) {
-	size, err := intOption(spec.Options, "input_size", blazeSize, 128, 256)
+	size, err := onnx.IntOption(spec.Options, "input_size", blazeSize, 128, 256)
 	if err != nil {
 		return nil, 0, err
 	}
 	if size != 128 && size != 256 {
 		return nil, 0, fmt.Errorf("option input_size=%d: want 128 or 256", size)
 	}
-	thr, err := floatOption(spec.Options, "confidence_threshold", DefaultFaceThreshold, 0.001, 1)
-	if err != nil {
-		return nil, 0, err
-	}
-	nms, err := floatOption(spec.Options, "nms_iou", DefaultFaceNMS, 0.01, 1)
+	thr, nms, nSlots, err := detectOptions(spec.Options, DefaultFaceThreshold, DefaultFaceNMS)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -135,16 +131,12 @@ func newFacesConfig(spec engine.Spec) (*faces, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	nSlots, err := intOption(spec.Options, "concurrency", 1, 1, maxConcurrency)
-	if err != nil {
-		return nil, 0, err
-	}
 	return &faces{
 		id:        spec.ID,
 		size:      size,
 		anchors:   blazeAnchors(),
-		threshold: float32(thr),
-		nms:       float32(nms),
+		threshold: thr,
+		nms:       nms,
 		cropScale: crop,
 		done:      make(chan struct{}),
 	}, nSlots, nil

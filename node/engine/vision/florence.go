@@ -114,10 +114,10 @@ func newFlorenceConfig(spec engine.Spec) (*florence, int, error) {
 	}
 	f := &florence{id: spec.ID, start: 2, eos: 2, forcedBOS: 0, noRepeat: 3, done: make(chan struct{})}
 	var err error
-	if f.size, err = intOption(spec.Options, "image_size", flImageSize, 32, 4096); err != nil {
+	if f.size, err = onnx.IntOption(spec.Options, "image_size", flImageSize, 32, 4096); err != nil {
 		return nil, 0, err
 	}
-	if f.maxNew, err = intOption(spec.Options, "max_new_tokens", flMaxNewTokens, 1, 8192); err != nil {
+	if f.maxNew, err = onnx.IntOption(spec.Options, "max_new_tokens", flMaxNewTokens, 1, 8192); err != nil {
 		return nil, 0, err
 	}
 	if f.tok, err = tokenizer.Load(filepath.Join(spec.Dir, spec.Files["tokenizer"])); err != nil {
@@ -128,10 +128,10 @@ func newFlorenceConfig(spec engine.Spec) (*florence, int, error) {
 			return nil, 0, err
 		}
 	}
-	if f.noRepeat, err = intOption(spec.Options, "no_repeat_ngram_size", f.noRepeat, 0, 64); err != nil {
+	if f.noRepeat, err = onnx.IntOption(spec.Options, "no_repeat_ngram_size", f.noRepeat, 0, 64); err != nil {
 		return nil, 0, err
 	}
-	nRuns, err := intOption(spec.Options, "concurrency", 1, 1, maxConcurrency)
+	nRuns, err := onnx.IntOption(spec.Options, "concurrency", 1, 1, maxConcurrency)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -180,12 +180,7 @@ func (f *florence) readGenerationConfig(path string) error {
 // output specs: the four fixed inputs, then for each layer the decoder and
 // encoder keys and values; logits, then the matching present outputs.
 func (f *florence) decoderSignature(path string) ([]ioSpec, []ioSpec, error) {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer probe.Destroy()
-	fin, _, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	fin, _, err := onnx.ReadSignature(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read model signature: %w", err)
 	}

@@ -101,10 +101,10 @@ func newOCRConfig(spec engine.Spec) (*ocr, int, error) {
 	o := &ocr{id: spec.ID, done: make(chan struct{})}
 	var err error
 	opt := spec.Options
-	if o.limitSide, err = intOption(opt, "det_limit_side", DefaultOCRLimitSide, 32, 4096); err != nil {
+	if o.limitSide, err = onnx.IntOption(opt, "det_limit_side", DefaultOCRLimitSide, 32, 4096); err != nil {
 		return nil, 0, err
 	}
-	if o.minSide, err = intOption(opt, "det_min_side", DefaultOCRMinSide, 0, 4096); err != nil {
+	if o.minSide, err = onnx.IntOption(opt, "det_min_side", DefaultOCRMinSide, 0, 4096); err != nil {
 		return nil, 0, err
 	}
 	if o.db.thresh, err = floatOption(opt, "det_thresh", 0.3, 0.01, 0.99); err != nil {
@@ -116,7 +116,7 @@ func newOCRConfig(spec engine.Spec) (*ocr, int, error) {
 	if o.db.unclip, err = floatOption(opt, "unclip_ratio", 1.5, 0, 10); err != nil {
 		return nil, 0, err
 	}
-	if o.db.maxCandidates, err = intOption(opt, "max_candidates", 1000, 1, 100000); err != nil {
+	if o.db.maxCandidates, err = onnx.IntOption(opt, "max_candidates", 1000, 1, 100000); err != nil {
 		return nil, 0, err
 	}
 	o.db.minSize = 3
@@ -125,13 +125,13 @@ func newOCRConfig(spec engine.Spec) (*ocr, int, error) {
 		return nil, 0, err
 	}
 	o.dropScore = float32(drop)
-	if o.recBatch, err = intOption(opt, "rec_batch", 1, 1, 64); err != nil {
+	if o.recBatch, err = onnx.IntOption(opt, "rec_batch", 1, 1, 64); err != nil {
 		return nil, 0, err
 	}
-	if o.maxRecWide, err = intOption(opt, "max_rec_width", ocrMaxRecWidth, ocrRecMinWidth, 16384); err != nil {
+	if o.maxRecWide, err = onnx.IntOption(opt, "max_rec_width", ocrMaxRecWidth, ocrRecMinWidth, 16384); err != nil {
 		return nil, 0, err
 	}
-	nRuns, err := intOption(opt, "concurrency", 1, 1, maxConcurrency)
+	nRuns, err := onnx.IntOption(opt, "concurrency", 1, 1, maxConcurrency)
 	if err != nil {
 		return nil, 0, err
 	}

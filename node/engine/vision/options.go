@@ -7,23 +7,11 @@ import (
 	"strconv"
 
 	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/onnx"
 )
 
 // maxConcurrency bounds the "concurrency" option.
 const maxConcurrency = 64
-
-// intOption parses options[key] as an integer in [lo, hi], or returns def.
-func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
-	s, ok := options[key]
-	if !ok || s == "" {
-		return def, nil
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < lo || v > hi {
-		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
-	}
-	return v, nil
-}
 
 // floatOption parses options[key] as a number in [lo, hi], or returns def.
 func floatOption(options map[string]string, key string, def, lo, hi float64) (float64, error) {
@@ -36,6 +24,26 @@ func floatOption(options map[string]string, key string, def, lo, hi float64) (fl
 		return 0, fmt.Errorf("option %s=%q: want a number in [%g, %g]", key, s, lo, hi)
 	}
 	return v, nil
+}
+
+// detectOptions parses the options every detector takes:
+// confidence_threshold in [0.001, 1] (default thr), nms_iou in [0.01, 1]
+// (default nms) and concurrency, the number of simultaneous runs, in
+// [1, maxConcurrency] (default 1).
+func detectOptions(options map[string]string, thr, nms float64) (float32, float32, int, error) {
+	t, err := floatOption(options, "confidence_threshold", thr, 0.001, 1)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	n, err := floatOption(options, "nms_iou", nms, 0.01, 1)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	runs, err := onnx.IntOption(options, "concurrency", 1, 1, maxConcurrency)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return float32(t), float32(n), runs, nil
 }
 
 // checkTask refuses a spec for another task (an empty task is accepted).

@@ -76,20 +76,11 @@ func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 		f.Close()
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
 	}
-	if f.size, err = intOption(spec.Options, "input_size", scrfdSize, 32, 2048); err != nil || f.size%32 != 0 {
+	if f.size, err = onnx.IntOption(spec.Options, "input_size", scrfdSize, 32, 2048); err != nil || f.size%32 != 0 {
 		return fail(fmt.Errorf("option input_size: want a multiple of 32 (%v)", err))
 	}
-	thr, err := floatOption(spec.Options, "confidence_threshold", DefaultSCRFDThreshold, 0.001, 1)
-	if err != nil {
-		return fail(err)
-	}
-	nms, err := floatOption(spec.Options, "nms_iou", DefaultSCRFDNMS, 0.01, 1)
-	if err != nil {
-		return fail(err)
-	}
-	f.threshold, f.nms = float32(thr), float32(nms)
-	nRuns, err := intOption(spec.Options, "concurrency", 1, 1, maxConcurrency)
-	if err != nil {
+	var nRuns int
+	if f.threshold, f.nms, nRuns, err = detectOptions(spec.Options, DefaultSCRFDThreshold, DefaultSCRFDNMS); err != nil {
 		return fail(err)
 	}
 	if spec.Files["detector"] == "" {
@@ -147,12 +138,7 @@ func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 
 // fileIO lists a model's input and output names in the file's order.
 func fileIO(path string) ([]string, []string, error) {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer probe.Destroy()
-	fin, fout, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	fin, fout, err := onnx.ReadSignature(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read model signature of %s: %w", path, err)
 	}
@@ -169,12 +155,7 @@ func fileIO(path string) ([]string, []string, error) {
 // embedderShape reads the embedding size and the largest batch (1 when the
 // file fixes the batch axis to 1) from the embedder's first output and input.
 func embedderShape(path string) (int, int, error) {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return 0, 0, err
-	}
-	defer probe.Destroy()
-	fin, fout, err := ort.GetInputOutputInfoWithOptions(path, probe)
+	fin, fout, err := onnx.ReadSignature(path)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -69,6 +69,34 @@ type model struct {
 // the file leaves dynamic is accepted) and opens a session with nSlots slots
 // of maxBatch items each.
 func openModel(rt *onnx.Runtime, id, path string, ins, outs []tensorSpec, maxBatch, nSlots int) (*model, error) {
+	sess, err := openSession(rt, path, ins, outs)
+	if err != nil {
+		return nil, err
+	}
+	m := &model{id: id, sess: sess, ins: ins, outs: outs, maxBatch: maxBatch, slots: make(chan *slot, nSlots)}
+	for range nSlots {
+		s, err := m.newSlot()
+		if err != nil {
+			m.close()
+			return nil, err
+		}
+		m.slots <- s
+		m.nSlots++
+	}
+	return m, nil
+}
+
+// ioSig is a wanted model input or output (tensorSpec or ioSpec): its name
+// and the check of the file's entry of that name.
+type ioSig interface {
+	ioName() string
+	check(kind string, info *ort.InputOutputInfo) error
+}
+
+// openSession checks that path exists and that its signature has ins and
+// outs (read without optimising the graph), then opens a session over them
+// with the runtime's session options.
+func openSession[S ioSig](rt *onnx.Runtime, path string, ins, outs []S) (*ort.DynamicAdvancedSession, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("model file: %w", err)
 	}
@@ -84,65 +112,38 @@ func openModel(rt *onnx.Runtime, id, path string, ins, outs []tensorSpec, maxBat
 	if err != nil {
 		return nil, fmt.Errorf("create session for %s: %w", path, err)
 	}
-	m := &model{id: id, sess: sess, ins: ins, outs: outs, maxBatch: maxBatch, slots: make(chan *slot, nSlots)}
-	for range nSlots {
-		s, err := m.newSlot()
-		if err != nil {
-			m.close()
-			return nil, err
-		}
-		m.slots <- s
-		m.nSlots++
-	}
-	return m, nil
+	return sess, nil
 }
 
-func names(ts []tensorSpec) []string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = t.name
+// names lists the specs' names in order.
+func names[S ioSig](specs []S) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.ioName()
 	}
 	return out
 }
 
-// checkSignature reads the model's inputs and outputs (without optimising
-// the graph) and checks that each named tensor exists, is float32 and has
-// the expected shape where the file fixes it.
-func checkSignature(path string, ins, outs []tensorSpec) error {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return err
-	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return err
-	}
-	fin, fout, err := ort.GetInputOutputInfoWithOptions(path, probe)
+// checkSignature reads the model's inputs and outputs without optimising
+// the graph and checks each wanted one against the file's entry of its name.
+func checkSignature[S ioSig](path string, ins, outs []S) error {
+	fin, fout, err := onnx.ReadSignature(path)
 	if err != nil {
 		return fmt.Errorf("read model signature: %w", err)
 	}
-	check := func(kind string, want []tensorSpec, have []ort.InputOutputInfo) error {
+	check := func(kind string, want []S, have []ort.InputOutputInfo) error {
 		for _, w := range want {
 			var info *ort.InputOutputInfo
 			for i := range have {
-				if have[i].Name == w.name {
+				if have[i].Name == w.ioName() {
 					info = &have[i]
 				}
 			}
 			if info == nil {
-				return fmt.Errorf("model has no %s %q", kind, w.name)
+				return fmt.Errorf("model has no %s %q", kind, w.ioName())
 			}
-			if info.OrtValueType != ort.ONNXTypeTensor || info.DataType != ort.TensorElementDataTypeFloat {
-				return fmt.Errorf("%s %q is %s, want a float32 tensor", kind, w.name, info.String())
-			}
-			d := info.Dimensions
-			if len(d) != len(w.shape) {
-				return fmt.Errorf("%s %q has shape %v, want %v", kind, w.name, d, w.shape)
-			}
-			for i := 1; i < len(d); i++ {
-				if d[i] >= 0 && d[i] != w.shape[i] {
-					return fmt.Errorf("%s %q has shape %v, want %v", kind, w.name, d, w.shape)
-				}
+			if err := w.check(kind, info); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -151,6 +152,27 @@ func checkSignature(path string, ins, outs []tensorSpec) error {
 		return err
 	}
 	return check("output", outs, fout)
+}
+
+// ioName is the tensor's name.
+func (t tensorSpec) ioName() string { return t.name }
+
+// check accepts a float32 tensor of t's shape where the file fixes it (the
+// batch axis is free).
+func (t tensorSpec) check(kind string, info *ort.InputOutputInfo) error {
+	if info.OrtValueType != ort.ONNXTypeTensor || info.DataType != ort.TensorElementDataTypeFloat {
+		return fmt.Errorf("%s %q is %s, want a float32 tensor", kind, t.name, info.String())
+	}
+	d := info.Dimensions
+	if len(d) != len(t.shape) {
+		return fmt.Errorf("%s %q has shape %v, want %v", kind, t.name, d, t.shape)
+	}
+	for i := 1; i < len(d); i++ {
+		if d[i] >= 0 && d[i] != t.shape[i] {
+			return fmt.Errorf("%s %q has shape %v, want %v", kind, t.name, d, t.shape)
+		}
+	}
+	return nil
 }
 
 func (m *model) newSlot() (*slot, error) {
@@ -248,20 +270,9 @@ func (m *model) run(ctx context.Context, s *slot, n int) error {
 			return err
 		}
 	}
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		s.run.Terminate()
+	err := onnx.RunCancellable(ctx, s.run, func() error {
+		return m.sess.RunWithOptions(ins, outs, s.run)
 	})
-	err := m.sess.RunWithOptions(ins, outs, s.run)
-	if !stop() {
-		// The terminate callback started: wait for it, then make the
-		// slot's run options usable again.
-		<-terminated
-		if uerr := s.run.UnsetTerminate(); uerr != nil && err == nil {
-			err = uerr
-		}
-	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr

@@ -86,35 +86,24 @@ func LoadYOLO(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 }
 
 func newYOLOConfig(spec engine.Spec) (*yolo, int, error) {
-	size, err := intOption(spec.Options, "input_size", yoloSize, 32, 2048)
+	size, err := onnx.IntOption(spec.Options, "input_size", yoloSize, 32, 2048)
 	if err != nil {
 		return nil, 0, err
 	}
 	if size%32 != 0 {
 		return nil, 0, fmt.Errorf("option input_size=%d: want a multiple of 32", size)
 	}
-	thr, err := floatOption(spec.Options, "confidence_threshold", DefaultYOLOThreshold, 0.001, 1)
+	thr, nms, nSlots, err := detectOptions(spec.Options, DefaultYOLOThreshold, DefaultYOLONMS)
 	if err != nil {
 		return nil, 0, err
 	}
-	nms, err := floatOption(spec.Options, "nms_iou", DefaultYOLONMS, 0.01, 1)
-	if err != nil {
-		return nil, 0, err
-	}
-	nSlots, err := intOption(spec.Options, "concurrency", 1, 1, maxConcurrency)
-	if err != nil {
-		return nil, 0, err
-	}
-	if spec.Files["labels"] == "" {
-		return nil, 0, fmt.Errorf("spec names no \"labels\" file")
-	}
-	labels, err := readLabels(filepath.Join(spec.Dir, spec.Files["labels"]))
+	labels, err := specLabels(spec)
 	if err != nil {
 		return nil, 0, err
 	}
 	return &yolo{
 		id: spec.ID, labels: labels, size: size, anchors: yoloAnchors(size),
-		threshold: float32(thr), nms: float32(nms), done: make(chan struct{}),
+		threshold: thr, nms: nms, done: make(chan struct{}),
 	}, nSlots, nil
 }
 

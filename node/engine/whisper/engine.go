@@ -138,15 +138,7 @@ func load(rt *onnx.Runtime, spec engine.Spec) (*Engine, error) {
 // checkSignature verifies the two models' inputs and outputs against the
 // configuration and returns the decoder's input and output names.
 func (e *Engine) checkSignature(encPath, decPath string) ([]string, []string, error) {
-	probe, err := ort.NewSessionOptions()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer probe.Destroy()
-	if err := probe.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); err != nil {
-		return nil, nil, err
-	}
-	encIn, encOut, err := ort.GetInputOutputInfoWithOptions(encPath, probe)
+	encIn, encOut, err := onnx.ReadSignature(encPath)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoder signature: %w", err)
 	}
@@ -165,7 +157,7 @@ func (e *Engine) checkSignature(encPath, decPath string) ([]string, []string, er
 	if has(encOut, "last_hidden_state") == nil {
 		return nil, nil, errors.New("encoder has no last_hidden_state output")
 	}
-	decInfo, decOutInfo, err := ort.GetInputOutputInfoWithOptions(decPath, probe)
+	decInfo, decOutInfo, err := onnx.ReadSignature(decPath)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decoder signature: %w", err)
 	}

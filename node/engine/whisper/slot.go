@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/infermesh/infermesh/node/engine/onnx"
 )
 
 // slot owns everything one transcription needs between model runs.
@@ -106,18 +108,9 @@ func (s *slot) encode(ctx context.Context) error {
 	if e.closed {
 		return errClosed
 	}
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		s.encRun.Terminate()
+	err := onnx.RunCancellable(ctx, s.encRun, func() error {
+		return e.enc.RunWithOptions([]ort.Value{s.melT}, []ort.Value{s.hidT}, s.encRun)
 	})
-	err := e.enc.RunWithOptions([]ort.Value{s.melT}, []ort.Value{s.hidT}, s.encRun)
-	if !stop() {
-		<-terminated
-		if uerr := s.encRun.UnsetTerminate(); uerr != nil && err == nil {
-			err = uerr
-		}
-	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
