@@ -92,20 +92,30 @@ func TestSlowBodiesAreCut(t *testing.T) {
 	}
 }
 
-// rssBytes reads a process's resident set size.
+// rssBytes reads a process's resident set size, failing t if it cannot.
 func rssBytes(t *testing.T, pid int) int64 {
+	t.Helper()
+	n, ok := readRSS(pid)
+	if !ok {
+		t.Fatalf("no VmRSS for pid %d", pid)
+	}
+	return n
+}
+
+// readRSS reads a process's resident set size; false once the process is
+// gone (safe to call from any goroutine).
+func readRSS(pid int) (int64, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		t.Fatal(err)
+		return 0, false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
+			return kb << 10, true
 		}
 	}
-	t.Fatal("no VmRSS")
-	return 0
+	return 0, false
 }
 
 // 60 connections each sending 31 MB of a 32 MB image body and stalling

@@ -46,15 +46,16 @@ func TestLargeImagesStayInBudget(t *testing.T) {
 	var mu sync.Mutex
 	peak := base
 	statuses := map[int]int{}
-	stop := make(chan struct{})
+	stop, sampled := make(chan struct{}), make(chan struct{})
 	go func() { // sample RSS while the requests run
+		defer close(sampled)
 		for {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if r := rssBytes(t, p.cmd.Process.Pid); r > 0 {
+			if r, ok := readRSS(p.cmd.Process.Pid); ok {
 				mu.Lock()
 				peak = max(peak, r)
 				mu.Unlock()
@@ -79,6 +80,7 @@ func TestLargeImagesStayInBudget(t *testing.T) {
 	}
 	wg.Wait()
 	close(stop)
+	<-sampled
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("statuses %v; RSS %d MiB warm, peak %d MiB (image budget %d MiB)", statuses, base>>20, peak>>20, budget>>20)
