@@ -16,6 +16,7 @@ import (
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/engine/tts"
+	"github.com/infermesh/infermesh/node/engine/upscale"
 	"github.com/infermesh/infermesh/node/engine/upstream"
 	"github.com/infermesh/infermesh/node/engine/vision"
 	"github.com/infermesh/infermesh/node/engine/whisper"
@@ -176,6 +177,8 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				eng, err = whisper.Load(rt, spec)
 			case engine.TaskVoiceActivity:
 				eng, err = whisper.LoadVAD(rt, spec)
+			case engine.TaskImageUpscale:
+				eng, err = upscale.LoadUpscaler(rt, spec)
 			default:
 				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
 			}

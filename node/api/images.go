@@ -65,6 +65,9 @@ type parsedImages struct {
 	// OperationParam the field that asked for it, for the refusal when
 	// the model cannot do it.
 	Operation, OperationParam string
+	// Upscale is set for operation "upscale", which takes an image and
+	// no prompt and is served by an image-upscale model (upscale.go).
+	Upscale *upscaleRequest
 }
 
 // parseImages validates an image generation body against the spec's
@@ -162,8 +165,13 @@ type imageObject struct {
 // runtime generates images). A model of another task is a 400
 // model_not_supported.
 func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
-	p, ok := decodeRequest(w, r, MaxJSONBody, parseImages)
+	// The body may carry an image to upscale, hence the image body limit.
+	p, ok := decodeRequest(w, r, MaxImageBody, parseImagesOrUpscale)
 	if !ok {
+		return
+	}
+	if p.Upscale != nil {
+		s.imagesUpscale(w, r, p.Upscale)
 		return
 	}
 	m, gen, ok := modelEngine(s, w, r, p.Model, s.opt.Backend.ImageGenerator)

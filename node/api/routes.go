@@ -80,7 +80,7 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/vision/detections", wrap(MaxImageBody, string(engine.TaskObjectDetection), false, s.visionDetections))
 	r.Post("/vision/faces", wrap(MaxImageBody, string(engine.TaskFaceDetection), false, s.visionFaces))
 	r.Post("/chat/completions", wrap(MaxImageBody, "", true, s.chatCompletions))
-	r.Post("/images/generations", wrap(MaxJSONBody, "", false, s.imagesGenerations))
+	r.Post("/images/generations", wrap(MaxImageBody, "", false, s.imagesGenerations))
 	r.Post("/audio/transcriptions", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranscriptions))
 	r.Post("/audio/translations", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranslations))
 	r.Post("/images/describe", wrap(MaxImageBody, string(engine.TaskImageDescription), false, s.imagesDescribe))

@@ -1,0 +1,113 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"image/png"
+	"net/http"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// defaultUpscaleFactor is the factor of an upscale request without
+// upscale_factor.
+const defaultUpscaleFactor = 2
+
+// upscaleRequest is a validated POST /v1/images/generations body with
+// operation "upscale": {"model", "operation": "upscale", "image",
+// "upscale_factor"}.
+type upscaleRequest struct {
+	Model  string
+	Image  string
+	Factor int
+}
+
+// parseImagesOrUpscale parses an image generation body: operation
+// "upscale" with parseUpscale (no prompt; parsedImages.Upscale set), any
+// other with parseImages.
+func parseImagesOrUpscale(body []byte) (*parsedImages, error) {
+	var in imageRequest
+	if err := decodeStrict(body, &in); err != nil {
+		return nil, err
+	}
+	if in.Operation != "upscale" {
+		return parseImages(body)
+	}
+	if in.Model == "" {
+		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+	}
+	u, err := parseUpscale(&in)
+	if err != nil {
+		return nil, err
+	}
+	return &parsedImages{Model: in.Model, Operation: in.Operation, OperationParam: "operation", Upscale: u}, nil
+}
+
+// parseUpscale checks the fields an upscale needs: image (base64 or a data:
+// URL) and upscale_factor 2 or 4 (default 2). It takes no prompt; the
+// text-to-image options are refused naming their field.
+func parseUpscale(in *imageRequest) (*upscaleRequest, error) {
+	if in.Image == nil || *in.Image == "" {
+		return nil, BadRequest(CodeMissingParam, "image", "You must provide an image to upscale (base64 or a data: URL).")
+	}
+	f := defaultUpscaleFactor
+	if in.UpscaleFactor != nil {
+		f = *in.UpscaleFactor
+	}
+	if f != 2 && f != 4 {
+		return nil, BadRequest(CodeInvalidValue, "upscale_factor", "'upscale_factor' must be 2 or 4.")
+	}
+	switch in.ResponseFormat {
+	case "", "b64_json":
+	default:
+		return nil, BadRequest(CodeInvalidValue, "response_format", fmt.Sprintf("'%s' is not one of ['b64_json'].", in.ResponseFormat))
+	}
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"mask", in.Mask != nil}, {"strength", in.Strength != nil}, {"control_image", in.ControlImage != nil},
+		{"n", in.N != nil && *in.N != 1}, {"layer_count", in.LayerCount != nil}, {"outpaint_percent", in.OutpaintPercent != nil},
+	} {
+		if o.set {
+			return nil, BadRequest(CodeInvalidValue, o.name, fmt.Sprintf("'%s' does not apply to operation 'upscale'.", o.name))
+		}
+	}
+	return &upscaleRequest{Model: in.Model, Image: *in.Image, Factor: f}, nil
+}
+
+// imagesUpscale answers an upscale request like an image generation: one
+// b64_json PNG in data. The model must serve engine.TaskImageUpscale (a
+// model of another task is a 400 model_not_supported on "model"); the
+// engine's InputErrors (factor it lacks, image too large) are 400s naming
+// their field.
+func (s *Server) imagesUpscale(w http.ResponseWriter, r *http.Request, req *upscaleRequest) {
+	eng, _, ok := s.visionEngine(w, r, engine.TaskImageUpscale, req.Model)
+	if !ok {
+		return
+	}
+	up, isUp := eng.(engine.Upscaler)
+	if !isUp {
+		WriteError(w, BadRequest(CodeModelNotSupported, "model", fmt.Sprintf("Model %s does not upscale images.", req.Model)))
+		return
+	}
+	img, release, err := s.decodeImage(r, req.Image)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	defer release()
+	out, err := up.Upscale(r.Context(), img, req.Factor)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var buf bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, out); err != nil {
+		writeErr(w, err)
+		return
+	}
+	data := []imageObject{{B64JSON: base64.StdEncoding.EncodeToString(buf.Bytes())}}
+	writeJSON(w, http.StatusOK, map[string]any{"created": s.opt.Clock().Unix(), "data": data})
+}
