@@ -120,6 +120,15 @@ type Config struct {
 	// Join is true when the node was started with join addresses. A joining
 	// node never bootstraps; the leader adds it when the mesh reports it.
 	Join bool
+	// BootstrapExpect, with Join, makes a node with no raft state wait
+	// until the membership layer has reported this many alive servers
+	// (itself included); the one with the lowest id then bootstraps raft
+	// with all of them (see expect.go). Zero: a joining node never
+	// bootstraps. Ignored without Join (the node bootstraps alone at once).
+	BootstrapExpect int
+	// OnBootstrap is called once, on its own goroutine, after this node
+	// bootstrapped the cluster through BootstrapExpect. Nil does nothing.
+	OnBootstrap func()
 	// Voters is the largest number of voters, 3 or 5 (default 3). The
 	// leader keeps the voter count odd: joining nodes start as non-voters
 	// and are promoted two at a time (1 → 3 → 5) while enough alive
@@ -204,6 +213,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.Voters != 3 && cfg.Voters != 5 {
 		return cfg, fmt.Errorf("consensus: Voters must be 3 or 5, got %d", cfg.Voters)
+	}
+	if cfg.BootstrapExpect < 0 {
+		return cfg, fmt.Errorf("consensus: BootstrapExpect must not be negative, got %d", cfg.BootstrapExpect)
 	}
 	if cfg.ReapTimeout <= 0 {
 		cfg.ReapTimeout = DefaultReapTimeout

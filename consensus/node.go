@@ -44,7 +44,8 @@ type Node struct {
 // New opens (or creates) the raft state under cfg.DataDir and starts the
 // node. A node with no raft state that is not joining bootstraps a
 // one-voter cluster of itself; a joining node waits for the leader to add
-// it. The node's ConsensusService must be served (see Handler) on the HTTP
+// it, or with Config.BootstrapExpect bootstraps together with the others
+// (expect.go). The node's ConsensusService must be served (see Handler) on the HTTP
 // side of the same RPC port for followers to reach it.
 func New(c Config) (*Node, error) {
 	cfg, err := c.withDefaults()
@@ -148,7 +149,15 @@ func New(c Config) (*Node, error) {
 	n.raft = r
 	n.wg.Add(1)
 	go n.watchLeadership()
-	logger.Info("consensus started", "addr", cfg.AdvertiseAddr, "existing_state", has, "join", cfg.Join)
+	if !has && cfg.Join {
+		n.wg.Add(1)
+		if cfg.BootstrapExpect > 0 {
+			go n.expectLoop()
+		} else {
+			go n.warnNoLeader()
+		}
+	}
+	logger.Info("consensus started", "addr", cfg.AdvertiseAddr, "existing_state", has, "join", cfg.Join, "bootstrap_expect", cfg.BootstrapExpect)
 	go n.watchLeader()
 	return n, nil
 }

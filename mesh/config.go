@@ -14,6 +14,10 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// DeadNodeReclaimTime is how long after a node was declared dead another
+// address may claim its id.
+const DeadNodeReclaimTime = 30 * time.Second
+
 // DefaultGossipPort is the gossip port used when an address has none.
 const DefaultGossipPort = 7946
 
@@ -40,7 +44,9 @@ type Config struct {
 	// Empty means the node starts a mesh of one.
 	Join []string
 	// JoinBackoffMin and JoinBackoffMax bound the retry delay between join
-	// rounds; the delay doubles from min to max. Defaults 250ms and 15s.
+	// rounds; the delay doubles from min to max, and each wait is jittered
+	// between half the delay and the delay. Defaults 250ms and 2s, so a
+	// seed that starts late is found within about two seconds.
 	JoinBackoffMin, JoinBackoffMax time.Duration
 	// EncryptionKey enables gossip encryption (AES, 16, 24 or 32 bytes).
 	// Nodes with a different key, or none, cannot join. See ParseKey.
@@ -203,7 +209,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.JoinBackoffMin = 250 * time.Millisecond
 	}
 	if c.JoinBackoffMax < c.JoinBackoffMin {
-		c.JoinBackoffMax = max(15*time.Second, c.JoinBackoffMin)
+		c.JoinBackoffMax = max(2*time.Second, c.JoinBackoffMin)
 	}
 	if c.Timers == (Timers{}) {
 		c.Timers = LANTimers()
@@ -262,6 +268,11 @@ func (c Config) memberlistConfig() (*memberlist.Config, error) {
 	mc.SuspicionMult = t.SuspicionMult
 	mc.RetransmitMult = t.RetransmitMult
 	mc.GossipToTheDeadTime = t.GossipToTheDeadTime
+	// A node that died may come back under its id from a new address
+	// after this long (a rescheduled Kubernetes pod gets a new IP; one
+	// that left gracefully may at once). Without it memberlist refuses the
+	// new address for good as a name conflict.
+	mc.DeadNodeReclaimTime = DeadNodeReclaimTime
 	if c.EncryptionKey != nil {
 		kr, err := memberlist.NewKeyring(nil, c.EncryptionKey)
 		if err != nil {

@@ -6,10 +6,13 @@
 package mesh
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -348,12 +351,15 @@ func (m *Mesh) joinLoop() {
 	delay := m.cfg.JoinBackoffMin
 	for {
 		if m.table.members.Load() <= 1 {
-			if _, err := m.Join(m.cfg.Join); err != nil {
-				m.log.Warn("join failed; will retry", "err", err, "retry_in", delay)
+			if _, err := m.Join(m.resolveJoin()); err != nil {
+				// Jitter spreads nodes started together, so they do not
+				// retry in lockstep.
+				wait := delay/2 + rand.N(delay/2+1)
+				m.log.Warn("join failed; will retry", "err", err, "retry_in", wait)
 				select {
 				case <-m.stop:
 					return
-				case <-time.After(delay):
+				case <-time.After(wait):
 				}
 				delay = min(delay*2, m.cfg.JoinBackoffMax)
 				continue
@@ -367,6 +373,44 @@ func (m *Mesh) joinLoop() {
 		case <-m.memberCh:
 		}
 	}
+}
+
+// resolveJoin turns the join addresses into the addresses to contact now:
+// a host name is looked up on every round, each of its addresses kept (a
+// Kubernetes headless Service lists one per pod, and pods come and go),
+// and this node's own gossip address is left out. A name that does not
+// resolve is passed on as it is, for memberlist to report.
+func (m *Mesh) resolveJoin() []string {
+	self := m.GossipAddr()
+	var out []string
+	add := func(a string) {
+		if a != self && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, j := range m.cfg.Join {
+		host, port, err := net.SplitHostPort(j)
+		if err != nil {
+			host, port = j, strconv.Itoa(DefaultGossipPort)
+		}
+		if net.ParseIP(host) != nil {
+			add(net.JoinHostPort(host, port))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ips, err := net.DefaultResolver.LookupHost(ctx, host)
+		cancel()
+		if err != nil || len(ips) == 0 {
+			add(j)
+			continue
+		}
+		for _, ip := range ips {
+			add(net.JoinHostPort(ip, port))
+		}
+	}
+	// Only ourselves so far (a headless Service before the other pods are
+	// published) leaves nothing to contact: the round fails and retries.
+	return out
 }
 
 func (m *Mesh) membershipChanged() {

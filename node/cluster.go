@@ -142,13 +142,17 @@ func (n *Node) startCluster(httpAddr string) error {
 		RaftListener:  c.mux.Raft(),
 		Join:          len(n.joinAddrs()) > 0,
 		Voters:        cfg.Voters,
-		Members:       memberSource{n},
-		ClusterSecret: secret,
-		PeerTLS:       peerTLS,
-		PeerAuth:      consensus.PeerAuth{Client: signer, Handler: verifier},
-		OnFatal:       n.fatal,
-		Logger:        n.log,
-		Registerer:    n.reg,
+		// The node that bootstraps through --bootstrap-expect creates the
+		// bootstrap admin key, as a lone bootstrapping node does.
+		BootstrapExpect: cfg.BootstrapExpect,
+		OnBootstrap:     func() { n.ensureAdminKey(true) },
+		Members:         memberSource{n},
+		ClusterSecret:   secret,
+		PeerTLS:         peerTLS,
+		PeerAuth:        consensus.PeerAuth{Client: signer, Handler: verifier},
+		OnFatal:         n.fatal,
+		Logger:          n.log,
+		Registerer:      n.reg,
 	}
 	if cfg.FastTimers {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout = 300*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond, 20*time.Millisecond

@@ -70,6 +70,11 @@ type Config struct {
 	ClusterSecret string
 	// Voters is the raft voter target (3 or 5).
 	Voters int
+	// BootstrapExpect, with Join, makes a new node wait until gossip shows
+	// this many nodes (itself included); then the lowest node id among
+	// them bootstraps raft with all of them (Consul's bootstrap_expect).
+	// Zero: a joining node only waits to be added by a running cluster.
+	BootstrapExpect int
 	// Strategy, InflightCap, Weight, Canary and CanaryPercent are this
 	// node's routing settings until replicated policy overrides them.
 	Strategy string
@@ -234,6 +239,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Voters != 3 && c.Voters != 5 {
 		errs = append(errs, fmt.Errorf("voters %d: want 3 or 5", c.Voters))
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > 1 && len(c.Join) == 0 {
+		errs = append(errs, fmt.Errorf("bootstrap expect %d: want 0, 1, or more with --join naming the other nodes", c.BootstrapExpect))
 	}
 	switch c.Strategy {
 	case "round-robin", "least-latency", "least-connections", "weighted", "sticky":

@@ -100,6 +100,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.List(&cfg.Join, "join", "SERVICE_JOIN", "gossip address host:port of a running node; repeat or comma-separate")
 	f.String(&cfg.GossipKey, "gossip-key", "SERVICE_GOSSIP_KEY", cfg.GossipKey, "base64 key (16, 24 or 32 bytes) that encrypts gossip")
 	f.String(&cfg.ClusterSecret, "cluster-secret", "SERVICE_CLUSTER_SECRET", cfg.ClusterSecret, "shared secret for node-to-node calls (required with --join)")
+	f.Int(&cfg.BootstrapExpect, "bootstrap-expect", "SERVICE_BOOTSTRAP_EXPECT", cfg.BootstrapExpect, "with --join on a new mesh: wait for this many nodes (itself included), then the lowest node id bootstraps raft with all of them; start exactly this many at once")
 	f.Int(&cfg.Voters, "voters", "SERVICE_VOTERS", cfg.Voters, "raft voters to keep (3 or 5)")
 	f.String(&cfg.Strategy, "strategy", "SERVICE_STRATEGY", cfg.Strategy, "routing strategy: round-robin, least-latency, least-connections, weighted, sticky")
 	f.String(&cfg.Engine, "engine", "SERVICE_ENGINE", cfg.Engine, "node role: local or gateway (the same: every node routes across the mesh and serves the models it holds)")

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"errors"
 	"net/http"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -46,6 +48,34 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		reg.MustRegister(m.requests, m.latency, m.inflight, m.bodyRefused)
 	}
 	return m
+}
+
+// livez answers 200 {"status":"live"} whenever the process serves HTTP,
+// draining or not ready included: a liveness probe that fails only when
+// the process is stuck or gone, so an orchestrator never restarts a node
+// that is merely waiting for its cluster.
+func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
+}
+
+// registerBuildInfo puts infermesh_build_info{version,goversion} = 1 on
+// the API's registry; routes calls it once when the server is built.
+func (s *Server) registerBuildInfo() {
+	if s.opt.Registry == nil {
+		return
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "infermesh_build_info",
+		Help:        "Always 1; the labels name the running build.",
+		ConstLabels: prometheus.Labels{"version": s.opt.Version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	if err := s.opt.Registry.Register(g); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			s.log.Warn("register build info", "err", err)
+		}
+	}
 }
 
 func (m *metrics) observe(method, route string, status int, d time.Duration) {

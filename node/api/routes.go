@@ -35,6 +35,8 @@ func (s *Server) routes() chi.Router {
 	})
 
 	r.Get("/readyz", s.readyz)
+	r.Get("/livez", s.livez)
+	s.registerBuildInfo()
 	if s.opt.Dashboard {
 		r.Get("/dashboard", s.dashboard)
 		r.Get("/dashboard/data", s.dashboardData)

@@ -94,7 +94,7 @@ func Classify(method, path string) Class {
 		path = strings.TrimSuffix(path, "/")
 	}
 	switch path {
-	case "/readyz", "/dashboard":
+	case "/readyz", "/livez", "/dashboard":
 		return ClassProbes
 	case "/dashboard/data":
 		return ClassMetrics
