@@ -15,8 +15,7 @@ func TestResolveJoin(t *testing.T) {
 	}
 	defer m.Shutdown()
 	self := m.GossipAddr()
-	m.cfg.Join = []string{"localhost:7999", self, "127.0.0.2", "no-such-host.invalid:7946"}
-	got := m.resolveJoin()
+	got := m.resolveJoin([]string{"localhost:7999", self, "127.0.0.2", "no-such-host.invalid:7946"})
 	if !slices.Contains(got, "127.0.0.1:7999") {
 		t.Fatalf("localhost not resolved: %v", got)
 	}

@@ -351,7 +351,7 @@ func (m *Mesh) joinLoop() {
 	delay := m.cfg.JoinBackoffMin
 	for {
 		if m.table.members.Load() <= 1 {
-			if _, err := m.Join(m.resolveJoin()); err != nil {
+			if _, err := m.Join(m.resolveJoin(m.cfg.Join)); err != nil {
 				// Jitter spreads nodes started together, so they do not
 				// retry in lockstep.
 				wait := delay/2 + rand.N(delay/2+1)
@@ -380,7 +380,7 @@ func (m *Mesh) joinLoop() {
 // Kubernetes headless Service lists one per pod, and pods come and go),
 // and this node's own gossip address is left out. A name that does not
 // resolve is passed on as it is, for memberlist to report.
-func (m *Mesh) resolveJoin() []string {
+func (m *Mesh) resolveJoin(join []string) []string {
 	self := m.GossipAddr()
 	var out []string
 	add := func(a string) {
@@ -388,7 +388,7 @@ func (m *Mesh) resolveJoin() []string {
 			out = append(out, a)
 		}
 	}
-	for _, j := range m.cfg.Join {
+	for _, j := range join {
 		host, port, err := net.SplitHostPort(j)
 		if err != nil {
 			host, port = j, strconv.Itoa(DefaultGossipPort)
