@@ -165,15 +165,35 @@ func (m *Mux) route(conn net.Conn) {
 		m.routeTLS(conn, b, ok)
 		return
 	}
-	if ok && b == RaftByte {
-		// The handshake runs here, on the connection's own goroutine, so a
-		// slow or hostile client holds up nobody; Close still closes it.
-		if err := serverHandshake(conn, m.secret, m.handshake); err != nil {
-			m.refused.Add(1)
-			m.logger.Warn("rpcmux: refused a raft connection", "remote", conn.RemoteAddr(), "err", err)
-			ok = false
-		}
+	raft := ok && b == RaftByte
+	// The raft handshake runs here, on the connection's own goroutine, so
+	// a slow or hostile client holds up nobody; Close still closes it.
+	if raft && !m.raftHandshake(conn, conn) {
+		ok = false
 	}
+	var out net.Conn = &peekedConn{Conn: conn, first: b, pending: true}
+	if raft {
+		out = conn // raft reads after the mux byte
+	}
+	m.deliver(conn, out, raft, ok)
+}
+
+// raftHandshake proves the cluster secret on out, the connection as raft
+// will use it (conn itself, or its TLS session); a refusal is counted and
+// logged.
+func (m *Mux) raftHandshake(conn, out net.Conn) bool {
+	if err := serverHandshake(out, m.secret, m.handshake); err != nil {
+		m.refused.Add(1)
+		m.logger.Warn("rpcmux: refused a raft connection", "remote", conn.RemoteAddr(), "err", err)
+		return false
+	}
+	return true
+}
+
+// deliver stops tracking the accepted connection conn and hands out (conn
+// as its listener will see it) to raft or the HTTP server, or closes conn
+// when ok is false.
+func (m *Mux) deliver(conn, out net.Conn, raft, ok bool) {
 	m.mu.Lock()
 	delete(m.sniffing, conn)
 	m.mu.Unlock()
@@ -181,11 +201,11 @@ func (m *Mux) route(conn net.Conn) {
 		_ = conn.Close()
 		return
 	}
-	if b == RaftByte {
-		m.raft.deliver(conn, m.closed)
+	if raft {
+		m.raft.deliver(out, m.closed)
 		return
 	}
-	m.http.deliver(&peekedConn{Conn: conn, first: b, pending: true}, m.closed)
+	m.http.deliver(out, m.closed)
 }
 
 // routeTLS finishes the TLS handshake of a connection whose first byte is
@@ -212,25 +232,10 @@ func (m *Mux) routeTLS(conn net.Conn, b byte, ok bool) {
 			raft = tc.ConnectionState().NegotiatedProtocol == ALPNRaft
 		}
 	}
-	if ok && raft {
-		if err := serverHandshake(out, m.secret, m.handshake); err != nil {
-			m.refused.Add(1)
-			m.logger.Warn("rpcmux: refused a raft connection", "remote", conn.RemoteAddr(), "err", err)
-			ok = false
-		}
+	if ok && raft && !m.raftHandshake(conn, out) {
+		ok = false
 	}
-	m.mu.Lock()
-	delete(m.sniffing, conn)
-	m.mu.Unlock()
-	if !ok {
-		_ = conn.Close()
-		return
-	}
-	if raft {
-		m.raft.deliver(out, m.closed)
-		return
-	}
-	m.http.deliver(out, m.closed)
+	m.deliver(conn, out, raft, ok)
 }
 
 func (m *Mux) sniffFirst(conn net.Conn) (byte, bool) {

@@ -87,13 +87,15 @@ func (b *bodyBudget) inUse() int64 {
 // deadline to when the bytes read so far plus the next chunk are due at
 // the minimum rate, and charges what it reads to the node's budget.
 type gatedBody struct {
-	body    io.ReadCloser
-	rc      *http.ResponseController
-	budget  *bodyBudget
-	lim     BodyLimits
-	start   time.Time
-	clock   func() time.Time
-	read    int64
+	body   io.ReadCloser
+	rc     *http.ResponseController
+	budget *bodyBudget
+	lim    BodyLimits
+	start  time.Time
+	clock  func() time.Time
+	read   int64
+	// charged is the bytes read and charged beyond the reservation (0
+	// while within it).
 	charged int64
 	// reserved was taken up front from the declared length.
 	reserved int64
@@ -115,17 +117,13 @@ func (g *gatedBody) Read(p []byte) (int, error) {
 	}
 	n, err := g.body.Read(p)
 	g.read += int64(n)
-	if g.read > g.charged {
-		extra := g.read - g.charged
-		if g.read <= g.reserved {
-			extra = 0
-		} else if g.charged < g.reserved {
-			extra = g.read - g.reserved
-		}
-		if extra > 0 && !g.budget.take(extra) {
+	// Bytes beyond what the body already holds (its reservation, or what
+	// it charged before) are charged now.
+	if held := g.held(); g.read > held {
+		if !g.budget.take(g.read - held) {
 			return n, errBodyBudget
 		}
-		g.charged = max(g.charged, g.read)
+		g.charged = g.read
 	}
 	if err != nil && !errors.Is(err, io.EOF) && !g.clock().Before(due) {
 		return n, fmt.Errorf("%w: %v", errBodySlow, err)
@@ -146,8 +144,12 @@ func (g *gatedBody) Close() error { return g.body.Close() }
 // the handler fails fast for a sender that stalled; the server sets new
 // deadlines before the connection's next request.
 func (g *gatedBody) release() {
-	g.budget.give(max(g.charged, g.reserved))
+	g.budget.give(g.held())
 }
+
+// held is what the body holds in the budget: its reservation, or the
+// bytes read beyond it.
+func (g *gatedBody) held() int64 { return max(g.charged, g.reserved) }
 
 // gateBodies is middleware that puts every request body under the node's
 // BodyLimits. A declared length that cannot fit the budget now is refused

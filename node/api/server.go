@@ -252,9 +252,15 @@ func (s *Server) Handler() http.Handler { return s.router }
 // default) and its canonical id. When there is none it writes the error,
 // 404 model_not_found naming model for an unknown one, and returns false.
 func (s *Server) taskEngine(w http.ResponseWriter, r *http.Request, task engine.Task, model string) (engine.Engine, string, bool) {
+	return s.engineOr(w, r, task, model, func() *APIError { return ModelNotFound(model) })
+}
+
+// engineOr is taskEngine with the answer for a model that is not
+// installed given by notFound.
+func (s *Server) engineOr(w http.ResponseWriter, r *http.Request, task engine.Task, model string, notFound func() *APIError) (engine.Engine, string, bool) {
 	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), task, model)
 	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, ModelNotFound(model))
+		WriteError(w, notFound())
 		return nil, "", false
 	}
 	if err != nil {

@@ -94,7 +94,7 @@ func (f *flushWriter) Write(p []byte) (int, error) {
 // and speech.audio.done (sse). Nothing is written before the first chunk,
 // so an error before it (a bad voice) is an ordinary error answer; an
 // error after it cuts the response.
-func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audioenc.Format, rate int, sse bool, chars int,
+func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audioenc.Format, rate int, asSSE bool, chars int,
 	run func(ctx context.Context, emit func([]float32) error) error) {
 	if !s.audio.Available(format) {
 		WriteError(w, BadRequest(CodeInvalidValue, "response_format",
@@ -103,13 +103,13 @@ func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audi
 	}
 	ctx := r.Context()
 	var enc audioenc.Writer
-	var events *sseWriter
+	var events *sse
 	var buf bytes.Buffer
 	started := false
 	begin := func() error {
 		started = true
-		if sse {
-			events = newSSEWriter(w)
+		if asSSE {
+			events = newSSE(w)
 			var err error
 			enc, err = s.audio.NewWriter(ctx, &buf, format, rate)
 			return err
@@ -137,7 +137,7 @@ func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audi
 		if err := enc.Write(pcm); err != nil {
 			return err
 		}
-		if sse {
+		if asSSE {
 			return delta()
 		}
 		return nil
@@ -153,7 +153,7 @@ func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audi
 		if enc != nil {
 			enc.Close()
 		}
-		if sse {
+		if asSSE {
 			events.data(map[string]any{"type": "error", "error": map[string]any{"message": err.Error(), "type": TypeServer, "code": CodeInternal}})
 			return
 		}
@@ -162,21 +162,16 @@ func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audi
 	}
 	if err := enc.Close(); err != nil {
 		s.log.Warn("speech encoder", "err", err)
-		if !sse {
+		if !asSSE {
 			panic(http.ErrAbortHandler)
 		}
 	}
-	if sse {
+	if asSSE {
 		delta()
 		events.data(map[string]any{"type": "speech.audio.done",
 			"usage": map[string]any{"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}})
 	}
 }
-
-// sseWriter is the SSE writer of chat responses, reused for speech.
-type sseWriter = sse
-
-func newSSEWriter(w http.ResponseWriter) *sseWriter { return newSSE(w) }
 
 func (s *Server) audioSpeech(w http.ResponseWriter, r *http.Request) {
 	req, ok := decodeRequest(w, r, MaxJSONBody, parseSpeech)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"image"
 	"net/http"
@@ -95,20 +94,12 @@ func (s *Server) decodeImage(r *http.Request, field string) (image.Image, func()
 // no_provider_configured while the mesh has no model of the task at all,
 // else 404 for an unknown model and 400 for one of another task.
 func (s *Server) visionEngine(w http.ResponseWriter, r *http.Request, task engine.Task, model string) (engine.Engine, string, bool) {
-	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), task, model)
-	if errors.Is(err, ErrModelNotFound) {
+	return s.engineOr(w, r, task, model, func() *APIError {
 		if model == "" || s.opt.Backend.DefaultModel(string(task)) == "" {
-			WriteError(w, noVisionProvider())
-		} else {
-			WriteError(w, ModelNotFound(model))
+			return noVisionProvider()
 		}
-		return nil, "", false
-	}
-	if err != nil {
-		writeErr(w, err)
-		return nil, "", false
-	}
-	return eng, id, true
+		return ModelNotFound(model)
+	})
 }
 
 // runOnImage decodes a request's image and runs fn on it, writing any

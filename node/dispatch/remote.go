@@ -44,29 +44,11 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 		head, err = s.Head()
 	}
 	d.watch.stop(p.ID, a)
-	if err != nil && a.lost.Load() && r.Context().Err() == nil {
-		if s != nil {
-			s.Close()
-		}
-		d.peers.Eject(p.ID)
-		return Outcome{Err: fmt.Errorf("%w: %s left routing before answering", errUnavailable, p.ID)}, false
-	}
 	if err != nil {
 		if s != nil {
 			s.Close()
 		}
-		if forward.IsUnreachable(err) {
-			d.peers.Eject(p.ID)
-		}
-		if cerr := r.Context().Err(); cerr != nil {
-			return Outcome{Err: cerr}, false
-		}
-		if forward.Retryable(err) {
-			return Outcome{Err: err}, false
-		}
-		d.log.Warn("peer failed before responding", "peer", p.ID, "request_id", f.RequestID, "err", err)
-		d.cfg.WriteError(w, r, http.StatusBadGateway, "the serving node failed")
-		return Outcome{Status: http.StatusBadGateway, Err: err}, true
+		return d.failedBeforeHead(w, r, f, p, a, err, "peer failed before responding")
 	}
 	defer s.Close()
 	if !last && retryableStatus(head.Status) {
@@ -123,4 +105,28 @@ func (d *Dispatcher) requestHeader(h http.Header) http.Header {
 		}
 	}
 	return h
+}
+
+// failedBeforeHead ends an attempt whose peer failed before its answer's
+// head (a forward or a relay): a peer that left routing meanwhile or is
+// unreachable is ejected, and the attempt moves on to the next candidate
+// unless the client is gone or the error is final, in which case a 502 is
+// written (logged with msg).
+func (d *Dispatcher) failedBeforeHead(w http.ResponseWriter, r *http.Request, f Facts, p *route.Peer, a *attempt, err error, msg string) (Outcome, bool) {
+	if a.lost.Load() && r.Context().Err() == nil {
+		d.peers.Eject(p.ID)
+		return Outcome{Err: fmt.Errorf("%w: %s left routing before answering", errUnavailable, p.ID)}, false
+	}
+	if forward.IsUnreachable(err) {
+		d.peers.Eject(p.ID)
+	}
+	if cerr := r.Context().Err(); cerr != nil {
+		return Outcome{Err: cerr}, false
+	}
+	if forward.Retryable(err) {
+		return Outcome{Err: err}, false
+	}
+	d.log.Warn(msg, "peer", p.ID, "request_id", f.RequestID, "err", err)
+	d.cfg.WriteError(w, r, http.StatusBadGateway, "the serving node failed")
+	return Outcome{Status: http.StatusBadGateway, Err: err}, true
 }

@@ -75,22 +75,7 @@ func (d *Dispatcher) tryUpgrade(w http.ResponseWriter, r *http.Request, f Facts,
 		if t != nil {
 			t.Close()
 		}
-		if a.lost.Load() && r.Context().Err() == nil {
-			d.peers.Eject(p.ID)
-			return Outcome{Err: fmt.Errorf("%w: %s left routing before answering", errUnavailable, p.ID)}, false
-		}
-		if forward.IsUnreachable(err) {
-			d.peers.Eject(p.ID)
-		}
-		if cerr := r.Context().Err(); cerr != nil {
-			return Outcome{Err: cerr}, false
-		}
-		if forward.Retryable(err) {
-			return Outcome{Err: err}, false
-		}
-		d.log.Warn("peer failed before answering an upgrade", "peer", p.ID, "request_id", f.RequestID, "err", err)
-		d.cfg.WriteError(w, r, http.StatusBadGateway, "the serving node failed")
-		return Outcome{Status: http.StatusBadGateway, Err: err}, true
+		return d.failedBeforeHead(w, r, f, p, a, err, "peer failed before answering an upgrade")
 	}
 	defer t.Close()
 	if head.Status != http.StatusSwitchingProtocols {
