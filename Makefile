@@ -79,6 +79,7 @@ chaos-short: build assets
 # gofmt, go vet, staticcheck, buf lint, buf breaking against main, and a
 # check that the generated protobuf code is what buf generates now.
 lint: tools
+	@for f in .ci/run scripts/*.sh; do bash -n $$f || { echo "shell syntax: $$f"; exit 1; }; done
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 	staticcheck ./...
