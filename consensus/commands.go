@@ -333,7 +333,7 @@ func RecordUsage(nodeID string, seq uint64, entries []UsageEntry) (*Command, err
 			return nil, errors.New("consensus: usage counts cannot be negative")
 		}
 		b.Entries = append(b.Entries, &pb.UsageEntry{
-			App: e.App, Model: e.Model, KeyId: e.KeyID, Requests: e.Requests,
+			App: e.App, Model: e.Model, KeyId: e.KeyID, Worker: e.Worker, Requests: e.Requests,
 			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CostMicros: e.CostMicros, Errors: e.Errors,
 		})
 	}

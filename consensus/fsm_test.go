@@ -206,6 +206,15 @@ func TestUsage(t *testing.T) {
 			t.Errorf("usage by %s = %+v, want %+v", by, got, rows)
 		}
 	}
+	// A request n1 admitted and n3 served is credited to n3 as worker.
+	m.ok(must(RecordUsage("n1", 3, []UsageEntry{{App: "a", Model: "m1", KeyID: "k1", Worker: "n3", Requests: 2, OutputTokens: 9}})), t0)
+	if got, want := m.view().Usage(ByNode), []UsageRow{
+		{Group: "n1", Counters: Counters{Requests: 4, InputTokens: 16, OutputTokens: 20, CostMicros: 5, Errors: 1}},
+		{Group: "n2", Counters: Counters{Requests: 3, OutputTokens: 7}},
+		{Group: "n3", Counters: Counters{Requests: 2, OutputTokens: 9}},
+	}; !slices.Equal(got, want) {
+		t.Errorf("usage by worker after a forwarded batch = %+v, want %+v", got, want)
+	}
 	if d, err := ParseUsageDimension("node"); err != nil || d != ByNode {
 		t.Fatalf("ParseUsageDimension(node) = %q, %v", d, err)
 	}

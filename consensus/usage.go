@@ -15,6 +15,7 @@ type UsageEntry struct {
 	App          string // application of the key
 	Model        string // model id
 	KeyID        string // key id; empty for keyless loopback callers
+	Worker       string // node that served; empty means the reporting node
 	Requests     int64  // counted requests
 	InputTokens  int64  // input tokens
 	OutputTokens int64  // output tokens
@@ -113,7 +114,11 @@ func (t *usageTable) apply(b *pb.UsageBatch) *pb.ApplyResult {
 		t.cursors[node] = seq
 	}
 	for _, e := range b.GetEntries() {
-		k := usageKey{app: e.GetApp(), model: e.GetModel(), keyID: e.GetKeyId(), node: node}
+		worker := e.GetWorker()
+		if worker == "" {
+			worker = node
+		}
+		k := usageKey{app: e.GetApp(), model: e.GetModel(), keyID: e.GetKeyId(), node: worker}
 		c := t.totals[k]
 		if c == nil {
 			c = &Counters{}

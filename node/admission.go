@@ -88,7 +88,7 @@ func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 
 // Admit counts a request for model against the caller's limits; done
 // reports how it ended.
-func (n *Node) Admit(r *http.Request, model string) (func(status int), *api.APIError) {
+func (n *Node) Admit(r *http.Request, model string) (func(api.Served), *api.APIError) {
 	caller, _ := auth.CallerFrom(r.Context())
 	t, d := n.limiter.Admit(r.Context(), limits.Request{
 		Caller:     caller,
@@ -101,7 +101,13 @@ func (n *Node) Admit(r *http.Request, model string) (func(status int), *api.APIE
 	if d != nil {
 		return nil, denialError(d)
 	}
-	return func(status int) { t.Done(limits.Usage{Status: status}) }, nil
+	return func(s api.Served) {
+		worker := s.Backend
+		if worker == n.cfg.NodeID {
+			worker = "" // the reporting node itself
+		}
+		t.Done(limits.Usage{Status: s.Status, PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, Worker: worker})
+	}, nil
 }
 
 // envAdminKeyPrefix starts the id of the admin key stored from

@@ -411,10 +411,12 @@ func (n *Node) publishModels() {
 }
 
 // Serve makes *Node the API's dispatcher.
-func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool) {
+func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool) api.Served {
 	f := requestFacts(r, model)
 	f.OnePiece = !stream
-	n.finishServe(f, n.cluster.disp.Serve(w, r, f, body))
+	o := n.cluster.disp.Serve(w, r, f, body)
+	n.finishServe(f, o)
+	return api.Served{Backend: o.Backend, PromptTokens: o.Usage.PromptTokens, CompletionTokens: o.Usage.CompletionTokens}
 }
 
 // ServeOn makes *Node an api.Pinned dispatcher: the request runs on the

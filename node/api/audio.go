@@ -177,6 +177,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 		return
 	}
 	usage := map[string]any{"type": "duration", "seconds": int(math.Ceil(seconds))}
+	reportUsage(w, int64(math.Ceil(seconds)), 0)
 	text := strings.TrimSpace(res.Text)
 	if stream != nil {
 		stream.data(map[string]any{"type": "transcript.text.done", "text": text, "usage": usage})

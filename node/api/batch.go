@@ -94,7 +94,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	} else if done != nil {
-		defer done(http.StatusOK)
+		defer done(Served{Status: http.StatusOK})
 	}
 	job, err := s.opt.Batches.Submit(m.ID, req.Input, dims)
 	if errors.Is(err, batch.ErrFull) {

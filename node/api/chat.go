@@ -354,6 +354,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, err)
 			return
 		}
+		reportUsage(w, int64(res.Usage.PromptTokens), int64(res.Usage.CompletionTokens))
 		msg := map[string]any{"role": "assistant", "content": nil, "refusal": nil}
 		if res.Message.Content != "" || len(res.Message.ToolCalls) == 0 {
 			msg["content"] = res.Message.Content
@@ -406,6 +407,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		sse.data(map[string]any{"error": map[string]any{"message": err.Error(), "type": TypeServer, "code": CodeInternal, "param": nil}})
 		return
 	}
+	reportUsage(w, int64(res.Usage.PromptTokens), int64(res.Usage.CompletionTokens))
 	if p.IncludeUsage {
 		sse.data(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": m.ID,
 			"choices": []any{}, "usage": usageJSON(res.Usage)})

@@ -172,6 +172,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	reportUsage(w, int64(res.PromptTokens), 0)
 	data := make([]embeddingObject, len(res.Vectors))
 	for i, v := range res.Vectors {
 		data[i] = embeddingObject{Object: "embedding", Index: i}

@@ -196,5 +196,6 @@ func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
 	for i, im := range res.Images {
 		data[i] = imageObject{B64JSON: im.B64JSON, RevisedPrompt: im.RevisedPrompt}
 	}
+	reportUsage(w, 0, int64(len(data))) // output images
 	writeJSON(w, http.StatusOK, map[string]any{"created": created, "data": data})
 }

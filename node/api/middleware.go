@@ -243,7 +243,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 // admit counts a request toward the caller's limits; nil done means no
 // accounting is configured.
-func (s *Server) admit(r *http.Request, model string) (func(int), *APIError) {
+func (s *Server) admit(r *http.Request, model string) (func(Served), *APIError) {
 	if s.opt.Admission == nil {
 		return nil, nil
 	}

@@ -231,7 +231,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	} else if done != nil {
-		defer func() { done(sw.code()) }()
+		defer func() { done(Served{Status: sw.code()}) }()
 	}
 	if remote {
 		pinned.ServeOn(sw, r, req.Node, body)

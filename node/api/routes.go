@@ -153,13 +153,16 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		}
 		markDeprecated(w, m)
 		sw := &statusWriter{ResponseWriter: w}
-		if done, e := s.admit(r, m.ID); e != nil {
+		done, e := s.admit(r, m.ID)
+		if e != nil {
 			WriteError(w, e)
 			return
-		} else if done != nil {
-			defer func() { done(sw.code()) }()
 		}
-		s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream || !small)
+		var served Served
+		if done != nil {
+			defer func() { served.Status = sw.code(); done(served) }()
+		}
+		served = s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream || !small)
 	}
 }
 

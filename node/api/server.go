@@ -142,8 +142,9 @@ type Member struct {
 // small piece and may travel as one message.
 type Dispatcher interface {
 	// Serve answers r, whose already-read body is body, on the node it
-	// picks for model (a canonical id).
-	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool)
+	// picks for model (a canonical id), and says which node served it and
+	// the usage that node reported (Status is left to the caller).
+	Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool) Served
 }
 
 // Admission authenticates callers and admits counted work.
@@ -152,8 +153,10 @@ type Admission interface {
 	// the error to answer with (401, 403, 429).
 	Authenticate(r *http.Request) (context.Context, *APIError)
 	// Admit counts a request for a model against the caller's limits; the
-	// returned func reports the final status. An error is 429 or 503.
-	Admit(r *http.Request, model string) (func(status int), *APIError)
+	// returned func reports how it ended (status, serving node, usage),
+	// which settles the caller's budget at the real cost. An error is 429
+	// or 503.
+	Admit(r *http.Request, model string) (func(Served), *APIError)
 }
 
 // Options configures the API.

@@ -160,6 +160,7 @@ func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audi
 		s.log.Warn("speech stream broke off", "err", err)
 		panic(http.ErrAbortHandler)
 	}
+	reportUsage(w, int64(chars), 0)
 	if err := enc.Close(); err != nil {
 		s.log.Warn("speech encoder", "err", err)
 		if !asSSE {

@@ -109,5 +109,6 @@ func (s *Server) imagesUpscale(w http.ResponseWriter, r *http.Request, req *upsc
 		return
 	}
 	data := []imageObject{{B64JSON: base64.StdEncoding.EncodeToString(buf.Bytes())}}
+	reportUsage(w, 0, int64(len(data))) // output images
 	writeJSON(w, http.StatusOK, map[string]any{"created": s.opt.Clock().Unix(), "data": data})
 }

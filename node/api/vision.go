@@ -138,6 +138,7 @@ func (s *Server) visionBackground(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		reportUsage(w, 1, 0) // one input image
 		writeJSON(w, http.StatusOK, map[string]any{"image": url, "media_type": "image/png", "model": id})
 		return nil
 	})
@@ -231,6 +232,7 @@ func (s *Server) visionDetections(w http.ResponseWriter, r *http.Request) {
 		for _, d := range dets {
 			out.Objects = append(out.Objects, DetectedObject{Label: d.Label, Confidence: d.Confidence, Box: d.Box})
 		}
+		reportUsage(w, 1, 0) // one input image
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
@@ -258,6 +260,7 @@ func (s *Server) visionFaces(w http.ResponseWriter, r *http.Request) {
 		for _, f := range faces {
 			out.Faces = append(out.Faces, DetectedFace{Confidence: f.Confidence, Box: f.Box, Landmarks: f.Landmarks, Embedding: f.Embedding})
 		}
+		reportUsage(w, 1, 0) // one input image
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
@@ -315,6 +318,7 @@ func (s *Server) imagesDescribe(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		reportUsage(w, 1, 0) // one input image
 		writeJSON(w, http.StatusOK, DescriptionResponse{Object: "image.description", Model: id, Detail: req.Detail, Prompt: text})
 		return nil
 	})

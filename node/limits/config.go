@@ -144,6 +144,8 @@ type Usage struct {
 	PromptTokens     int64 // input tokens
 	CompletionTokens int64 // output tokens
 	Status           int   // HTTP status sent; 400 and above count as errors
+	// Worker is the node that served the request; empty means this node.
+	Worker string
 }
 
 // PriorityHeader is the request header that can lower a request's priority.

@@ -124,7 +124,9 @@ func (t *Ticket) Done(u Usage) {
 	if u.Status >= 400 {
 		errs = 1
 	}
-	t.l.usage.record(t.key, consensus.Counters{
+	k := t.key
+	k.worker = u.Worker
+	t.l.usage.record(k, consensus.Counters{
 		Requests: 1, InputTokens: max(0, u.PromptTokens), OutputTokens: max(0, u.CompletionTokens),
 		CostMicros: cost, Errors: errs,
 	})

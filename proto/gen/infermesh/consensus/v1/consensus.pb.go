@@ -1614,7 +1614,10 @@ type UsageEntry struct {
 	// Estimated cost in micro-units.
 	CostMicros int64 `protobuf:"varint,7,opt,name=cost_micros,json=costMicros,proto3" json:"cost_micros,omitempty"`
 	// Requests that ended in an error.
-	Errors        int64 `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
+	Errors int64 `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
+	// Node that served the requests when it is not the reporting node (a
+	// request the reporter admitted and forwarded); empty means node_id.
+	Worker        string `protobuf:"bytes,9,opt,name=worker,proto3" json:"worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1705,10 +1708,17 @@ func (x *UsageEntry) GetErrors() int64 {
 	return 0
 }
 
+func (x *UsageEntry) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
 // UsageBatch adds one node's usage since its previous batch.
 type UsageBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Node that served the requests.
+	// Node that admitted and reports the requests.
 	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// Per-node batch sequence number, increasing; a batch whose seq is not
 	// above the last applied one from the node is a duplicate and skipped.
@@ -2602,7 +2612,7 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x06 \x01(\x03R\x0fexpiresUnixNano\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\b \x01(\x03R\tremaining\x12\x1c\n" +
-	"\tunlimited\x18\t \x01(\bR\tunlimited\"\xe8\x01\n" +
+	"\tunlimited\x18\t \x01(\bR\tunlimited\"\x80\x02\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x14\n" +
@@ -2613,7 +2623,8 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12\x1f\n" +
 	"\vcost_micros\x18\a \x01(\x03R\n" +
 	"costMicros\x12\x16\n" +
-	"\x06errors\x18\b \x01(\x03R\x06errors\"u\n" +
+	"\x06errors\x18\b \x01(\x03R\x06errors\x12\x16\n" +
+	"\x06worker\x18\t \x01(\tR\x06worker\"u\n" +
 	"\n" +
 	"UsageBatch\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
