@@ -49,7 +49,13 @@ func (n *Node) startAdmission() error {
 	c := n.cluster
 	n.authn = auth.New(auth.Config{LoopbackListener: auth.LoopbackOnly(n.cfg.Listen), TrustProxy: n.cfg.TrustProxy},
 		replicatedKeys{c.raft}, n.log, n.reg, n.clock)
-	n.limiter = limits.New(limits.Config{Prices: limits.NewConsensusPrices(c.raft)}, limits.NewConsensusLeaser(c.raft), n.log, n.reg, n.clock)
+	// A budgeted request without an output cap reserves the local
+	// decoder's default output cap, so the reservation covers the charge.
+	lcfg := limits.Config{Prices: limits.NewConsensusPrices(c.raft), DefaultOutputTokens: defaultReservedOutput}
+	if n.cfg.FastTimers {
+		lcfg.LeaseTTL = 5 * time.Second // holdings of a killed node expire within a test
+	}
+	n.limiter = limits.New(lcfg, limits.NewConsensusLeaser(c.raft), n.log, n.reg, n.clock)
 	return nil
 }
 
@@ -88,16 +94,22 @@ func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 
 // Admit counts a request for model against the caller's limits; done
 // reports how it ended.
-func (n *Node) Admit(r *http.Request, model string) (func(api.Served), *api.APIError) {
+func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Served), *api.APIError) {
 	caller, _ := auth.CallerFrom(r.Context())
-	t, d := n.limiter.Admit(r.Context(), limits.Request{
+	req := limits.Request{
 		Caller:     caller,
 		ClientAddr: api.ClientAddr(r.Context()),
 		Class:      auth.Classify(r.Method, r.URL.Path),
 		Counted:    auth.Counted(r.Method, r.URL.Path),
 		Model:      model,
 		Priority:   limits.ParsePriority(r.Header.Get(limits.PriorityHeader)),
-	})
+	}
+	if caller.Limits.MonthlyBudgetMicros > 0 && body != nil {
+		// Only budgets need the estimate; it bounds the real cost from
+		// above, so a reservation is never smaller than the charge.
+		req.InputTokens, req.MaxOutputTokens = api.EstimateTokens(body)
+	}
+	t, d := n.limiter.Admit(r.Context(), req)
 	if d != nil {
 		return nil, denialError(d)
 	}
@@ -109,6 +121,10 @@ func (n *Node) Admit(r *http.Request, model string) (func(api.Served), *api.APIE
 		t.Done(limits.Usage{Status: s.Status, PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, Worker: worker})
 	}, nil
 }
+
+// defaultReservedOutput is the output a budget reserves for a request that
+// sets no max_tokens: the local decoder's default output cap.
+const defaultReservedOutput = 1024
 
 // envAdminKeyPrefix starts the id of the admin key stored from
 // SERVICE_ADMIN_KEY; the rest is derived from the key's hash, so a new

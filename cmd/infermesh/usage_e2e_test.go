@@ -41,9 +41,9 @@ func usageByWorker(p *proc) (map[string]usageTotals, error) {
 // responses reported, credited to the node that served them, and every
 // node's replica shows the same totals.
 func TestUsageIsTrueAndNamesTheWorker(t *testing.T) {
-	a := startMeshNode(t, meshNode{"use-a", "127.0.14.1", nil}, "")
-	b := startMeshNode(t, meshNode{"use-b", "127.0.14.2", []string{"tiny-llama"}}, "127.0.14.1:17946")
-	c := startMeshNode(t, meshNode{"use-c", "127.0.14.3", []string{"tiny-bert"}}, "127.0.14.1:17946")
+	a := startMeshNode(t, meshNode{"use-a", "127.0.70.1", nil}, "")
+	b := startMeshNode(t, meshNode{"use-b", "127.0.70.2", []string{"tiny-llama"}}, "127.0.70.1:17946")
+	c := startMeshNode(t, meshNode{"use-c", "127.0.70.3", []string{"tiny-bert"}}, "127.0.70.1:17946")
 	procs := []*proc{a, b, c}
 	waitMembers(t, procs, 3)
 	ctx := context.Background()

@@ -90,7 +90,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A batch submission counts once toward limits; polling never does.
-	if done, e := s.admit(r, m.ID); e != nil {
+	if done, e := s.admit(r, m.ID, nil); e != nil {
 		WriteError(w, e)
 		return
 	} else if done != nil {

@@ -243,11 +243,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 // admit counts a request toward the caller's limits; nil done means no
 // accounting is configured.
-func (s *Server) admit(r *http.Request, model string) (func(Served), *APIError) {
+func (s *Server) admit(r *http.Request, model string, body []byte) (func(Served), *APIError) {
 	if s.opt.Admission == nil {
 		return nil, nil
 	}
-	return s.opt.Admission.Admit(r, model)
+	return s.opt.Admission.Admit(r, model, body)
 }
 
 // statusWriter remembers the status a handler sent, for usage records.

@@ -227,7 +227,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sw := &statusWriter{ResponseWriter: w}
-	if done, e := s.admit(r, req.ModelKey); e != nil {
+	if done, e := s.admit(r, req.ModelKey, nil); e != nil {
 		WriteError(w, e)
 		return
 	} else if done != nil {

@@ -153,7 +153,7 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		}
 		markDeprecated(w, m)
 		sw := &statusWriter{ResponseWriter: w}
-		done, e := s.admit(r, m.ID)
+		done, e := s.admit(r, m.ID, body)
 		if e != nil {
 			WriteError(w, e)
 			return

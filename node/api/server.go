@@ -154,9 +154,10 @@ type Admission interface {
 	Authenticate(r *http.Request) (context.Context, *APIError)
 	// Admit counts a request for a model against the caller's limits; the
 	// returned func reports how it ended (status, serving node, usage),
-	// which settles the caller's budget at the real cost. An error is 429
-	// or 503.
-	Admit(r *http.Request, model string) (func(Served), *APIError)
+	// which settles the caller's budget at the real cost. body is the
+	// request body when it was read (for EstimateTokens), else nil. An
+	// error is 429 or 503.
+	Admit(r *http.Request, model string, body []byte) (func(Served), *APIError)
 }
 
 // Options configures the API.

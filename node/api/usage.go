@@ -1,6 +1,9 @@
 package api
 
-import "net/http"
+import (
+	"encoding/json"
+	"net/http"
+)
 
 // Served is how a request admitted for accounting ended: the status the
 // client received, the node that served it and the usage its handler
@@ -43,4 +46,28 @@ func reportUsage(w http.ResponseWriter, prompt, completion int64) {
 		}
 		w = uw.Unwrap()
 	}
+}
+
+// EstimateTokens bounds what a JSON request body can cost before it runs,
+// for budget reservations: the prompt is at most one token per byte of the
+// body (byte-level and byte-fallback tokenizers never use more, and the
+// JSON around the text is longer than any chat template's markup), and
+// the output is max_completion_tokens or max_tokens when the request sets
+// them (0 when it does not: the caller applies its default). A body that
+// is not JSON (multipart audio, images) estimates 0 input tokens.
+func EstimateTokens(body []byte) (input, maxOutput int64) {
+	var probe struct {
+		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+		MaxTokens           *int64 `json:"max_tokens"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return 0, 0
+	}
+	switch {
+	case probe.MaxCompletionTokens != nil && *probe.MaxCompletionTokens > 0:
+		maxOutput = *probe.MaxCompletionTokens
+	case probe.MaxTokens != nil && *probe.MaxTokens > 0:
+		maxOutput = *probe.MaxTokens
+	}
+	return int64(len(body)), maxOutput
 }
