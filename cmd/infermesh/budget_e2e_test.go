@@ -135,9 +135,10 @@ func TestTokenBudgetIsExactAcrossNodes(t *testing.T) {
 	if spent.Load() > budgetMicros {
 		t.Fatalf("over-admitted: the answered requests cost %d, the budget is %d", spent.Load(), budgetMicros)
 	}
-	// What is left unused is at most the killed node's lease slice (a
-	// sixteenth of the budget) and one request's reservation.
-	if left := budgetMicros - spent.Load(); left > budgetMicros/16+estimate {
-		t.Fatalf("under-admitted: %d of %d left unspent (slice %d + one estimate %d)", left, budgetMicros, budgetMicros/16, estimate)
+	// What is left unused is what the killed node held when it died (its
+	// lease slices, a sixteenth of the budget each, counted as spent when
+	// they expire) and less than one reservation on each survivor.
+	if left := budgetMicros - spent.Load(); left > budgetMicros/6+2*estimate {
+		t.Fatalf("under-admitted: %d of %d left unspent (bound: the dead node's slices %d + two estimates %d)", left, budgetMicros, budgetMicros/6, 2*estimate)
 	}
 }
