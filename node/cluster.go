@@ -415,15 +415,17 @@ func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body 
 	f := requestFacts(r, model)
 	f.OnePiece = !stream
 	o := n.cluster.disp.Serve(w, r, f, body)
-	n.finishServe(f, o)
-	return api.Served{Backend: o.Backend, PromptTokens: o.Usage.PromptTokens, CompletionTokens: o.Usage.CompletionTokens}
+	return api.Served{Backend: o.Backend, PromptTokens: o.Usage.PromptTokens, CompletionTokens: o.Usage.CompletionTokens,
+		Aborted: n.brokeOff(f, o)}
 }
 
 // ServeOn makes *Node an api.Pinned dispatcher: the request runs on the
 // named node.
 func (n *Node) ServeOn(w http.ResponseWriter, r *http.Request, node string, body []byte) {
 	f := requestFacts(r, "")
-	n.finishServe(f, n.cluster.disp.ServeOn(w, r, f, node, body))
+	if n.brokeOff(f, n.cluster.disp.ServeOn(w, r, f, node, body)) {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // requestFacts collects what dispatch needs to know about a request.
@@ -436,13 +438,14 @@ func requestFacts(r *http.Request, model string) dispatch.Facts {
 	return f
 }
 
-// finishServe aborts the client connection when a response broke off after
-// it started, so the client sees the failure.
-func (n *Node) finishServe(f dispatch.Facts, o dispatch.Outcome) {
+// brokeOff reports (and logs) a response that broke off after it started:
+// the caller aborts the client connection so the client sees the failure.
+func (n *Node) brokeOff(f dispatch.Facts, o dispatch.Outcome) bool {
 	if o.Err != nil && errors.Is(o.Err, dispatch.ErrIncomplete) {
 		n.log.Warn("response broke off after it started", "request_id", f.RequestID, "backend", o.Backend, "err", o.Err)
-		panic(http.ErrAbortHandler)
+		return true
 	}
+	return false
 }
 
 // drainCluster announces the drain and waits for local and forwarded work.

@@ -163,6 +163,9 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 			defer func() { served.Status = sw.code(); done(served) }()
 		}
 		served = s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream || !small)
+		if served.Aborted {
+			panic(http.ErrAbortHandler) // after the deferred accounting
+		}
 	}
 }
 

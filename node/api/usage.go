@@ -20,6 +20,10 @@ type Served struct {
 	// PromptTokens and CompletionTokens are the usage the serving handler
 	// reported, in the units above.
 	PromptTokens, CompletionTokens int64
+	// Aborted says the response broke off after it started; the API then
+	// aborts the client connection (after accounting) so the client sees
+	// the failure.
+	Aborted bool
 }
 
 // usageSetter is implemented by the writers dispatch and the forward

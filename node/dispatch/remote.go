@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/route"
 )
+
+// clientGoneGrace is how long a forwarded call outlives its client.
+const clientGoneGrace = 2 * time.Second
 
 // tryRemote forwards the request to peer p. It reports not done, with the
 // reason, when the peer failed or answered 502/503/504 (and this is not the
@@ -34,8 +38,18 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 	// request moves on while nothing has reached the client. Without this,
 	// a request on an established connection to a partitioned peer waited
 	// for the client's timeout (found by the chaos suite).
-	ctx, cancel := context.WithCancel(r.Context())
+	//
+	// A client that goes away cancels the call only after clientGoneGrace:
+	// a streaming client (the OpenAI SDKs) closes the connection as soon as
+	// it reads [DONE], just before the peer's trailer with the usage
+	// arrives, and that answer was complete and must be counted.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
+	stopGrace := context.AfterFunc(r.Context(), func() {
+		t := time.AfterFunc(clientGoneGrace, cancel)
+		context.AfterFunc(ctx, func() { t.Stop() })
+	})
+	defer stopGrace()
 	a := &attempt{cancel: cancel}
 	d.watch.start(p.ID, a)
 	s, err := d.fwd.Forward(ctx, p.RPCAddr, req)
