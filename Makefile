@@ -25,6 +25,7 @@ assets: deps
 	scripts/assets-audio.sh
 	scripts/assets-tts.sh
 	scripts/assets-upscale.sh
+	scripts/assets-ref.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 

@@ -164,6 +164,9 @@ func buildNormalizer(raw json.RawMessage) (Normalizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: normalizer: %w", err)
 	}
+	if n, ok, err := buildPieceNormalizer(typ, raw); ok {
+		return n, err
+	}
 	switch typ {
 	case "BertNormalizer":
 		// Hugging Face's defaults for absent fields.
@@ -212,7 +215,7 @@ func buildNormalizer(raw json.RawMessage) (Normalizer, error) {
 		}
 		return seq, nil
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported normalizer type %q (supported: BertNormalizer, Lowercase, StripAccents, NFC, NFD, NFKC, NFKD, Sequence)", typ)
+	return nil, fmt.Errorf("tokenizer: unsupported normalizer type %q (supported: BertNormalizer, Lowercase, StripAccents, NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Precompiled, Sequence)", typ)
 }
 
 func buildPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
@@ -228,6 +231,8 @@ func buildPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		return BertPreTokenizer{}, nil
 	case "WhitespaceSplit":
 		return WhitespaceSplit{}, nil
+	case "Metaspace":
+		return buildMetaspace(raw)
 	case "Whitespace":
 		return NewSplit(whitespacePattern, true, SplitRemoved, true)
 	case "ByteLevel":
@@ -289,7 +294,7 @@ func buildPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		}
 		return seq, nil
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported pre_tokenizer type %q (supported: BertPreTokenizer, WhitespaceSplit, Whitespace, ByteLevel, Digits, Split, Sequence)", typ)
+	return nil, fmt.Errorf("tokenizer: unsupported pre_tokenizer type %q (supported: BertPreTokenizer, WhitespaceSplit, Whitespace, Metaspace, ByteLevel, Digits, Split, Sequence)", typ)
 }
 
 func buildModel(raw json.RawMessage) (Model, error) {
@@ -308,6 +313,7 @@ func buildModel(raw json.RawMessage) (Model, error) {
 		ByteFallback            bool             `json:"byte_fallback"`
 		IgnoreMerges            bool             `json:"ignore_merges"`
 		Dropout                 *float64         `json:"dropout"`
+		UnkID                   *int64           `json:"unk_id"`
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("tokenizer: model: %w", err)
@@ -324,11 +330,14 @@ func buildModel(raw json.RawMessage) (Model, error) {
 	if typ == "BPE" {
 		return buildBPE(c.Vocab, c.Merges, c.UnkToken, c.ContinuingSubwordPrefix, c.EndOfWordSuffix, c.FuseUnk, c.ByteFallback, c.IgnoreMerges, c.Dropout)
 	}
+	if typ == "Unigram" {
+		return buildUnigram(c.Vocab, c.UnkID, c.ByteFallback)
+	}
 	if typ != "WordPiece" {
 		if typ == "" {
 			typ = "(none)"
 		}
-		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: WordPiece, BPE)", typ)
+		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: WordPiece, BPE, Unigram)", typ)
 	}
 	var vocab map[string]int64
 	if err := json.Unmarshal(c.Vocab, &vocab); err != nil {
@@ -527,10 +536,29 @@ func buildDecoder(raw json.RawMessage) (Decoder, string) {
 		var c struct {
 			Decoders []json.RawMessage `json:"decoders"`
 		}
-		if err := json.Unmarshal(raw, &c); err != nil || len(c.Decoders) != 1 {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, "Sequence"
 		}
-		return buildDecoder(c.Decoders[0])
+		if len(c.Decoders) == 1 {
+			return buildDecoder(c.Decoders[0])
+		}
+		return buildPieceDecoder(c.Decoders, "Sequence")
+	case "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace":
+		return buildPieceDecoder([]json.RawMessage{raw}, typ)
 	}
 	return nil, typ
+}
+
+// buildPieceDecoder builds a PieceDecoder from SentencePiece-style
+// decoders, or reports name as unsupported.
+func buildPieceDecoder(raws []json.RawMessage, name string) (Decoder, string) {
+	steps, ok := pieceSteps(raws)
+	if !ok {
+		return nil, name
+	}
+	d, err := NewPieceDecoder(steps...)
+	if err != nil {
+		return nil, name
+	}
+	return d, ""
 }

@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"strings"
-	"unicode/utf8"
 )
 
 // Decoder turns token strings back into text bytes (tokenizer.json's
@@ -105,8 +104,7 @@ func (t *Tokenizer) Decode(ids []int64, skipSpecial bool) string {
 	} else {
 		raw = t.decoder.Decode(nil, tokens)
 	}
-	s, _ := validPrefix(raw, true)
-	return s
+	return LossyUTF8(raw)
 }
 
 // PerTokenDecoding reports whether a token's text is independent of its
@@ -120,7 +118,9 @@ func (t *Tokenizer) PerTokenDecoding() bool {
 
 // TokenBytes returns the bytes token id decodes to on its own (possibly a
 // partial UTF-8 sequence), or nil for an unknown id. Special tokens decode
-// to their content.
+// to their content. For a SentencePiece-style decoder these are the bytes
+// the token adds in the middle of a text ("▁Hello" is " Hello"); only the
+// first token of a text decodes differently, which DecodeStream handles.
 func (t *Tokenizer) TokenBytes(id int64) []byte {
 	tok, ok := t.IDToToken(id)
 	if !ok {
@@ -128,6 +128,9 @@ func (t *Tokenizer) TokenBytes(id int64) []byte {
 	}
 	if t.decoder == nil {
 		return []byte(tok)
+	}
+	if sd, ok := t.decoder.(startDecoder); ok {
+		return sd.token(nil, tok, false)
 	}
 	return t.decoder.Decode(nil, []string{tok})
 }
@@ -156,11 +159,21 @@ type DecodeStream struct {
 	tok         *Tokenizer
 	skipSpecial bool
 	pending     []byte
+	// started: a token has been decoded (the next is not the first).
+	started bool
+	// stripChar/stripLeft: leading copies of stripChar the text still
+	// loses (a SentencePiece decoder's Strip after Fuse).
+	stripChar string
+	stripLeft int
 }
 
 // NewDecodeStream starts an incremental decoding.
 func (t *Tokenizer) NewDecodeStream(skipSpecial bool) *DecodeStream {
-	return &DecodeStream{tok: t, skipSpecial: skipSpecial}
+	d := &DecodeStream{tok: t, skipSpecial: skipSpecial}
+	if sd, ok := t.decoder.(startDecoder); ok {
+		d.stripChar, d.stripLeft = sd.leadingStrip()
+	}
+	return d
 }
 
 // Add decodes one more id and returns the text that is now complete.
@@ -168,39 +181,33 @@ func (d *DecodeStream) Add(id int64) string {
 	if d.skipSpecial && d.tok.IsSpecial(id) {
 		return ""
 	}
-	d.pending = append(d.pending, d.tok.TokenBytes(id)...)
-	s, n := validPrefix(d.pending, false)
+	tok, ok := d.tok.IDToToken(id)
+	if !ok {
+		return "" // unknown ids are skipped, as Decode does
+	}
+	mark := len(d.pending)
+	if sd, ok := d.tok.decoder.(startDecoder); ok {
+		d.pending = sd.token(d.pending, tok, !d.started)
+	} else {
+		d.pending = append(d.pending, d.tok.TokenBytes(id)...)
+	}
+	d.started = true
+	for d.stripLeft > 0 && len(d.pending) > mark {
+		if !strings.HasPrefix(string(d.pending[mark:]), d.stripChar) {
+			d.stripLeft = 0
+			break
+		}
+		d.pending = append(d.pending[:mark], d.pending[mark+len(d.stripChar):]...)
+		d.stripLeft--
+	}
+	s, n := lossyPrefix(d.pending, false)
 	d.pending = append(d.pending[:0], d.pending[n:]...)
 	return s
 }
 
 // Flush returns what is held back, with an unfinished character as U+FFFD.
 func (d *DecodeStream) Flush() string {
-	s, _ := validPrefix(d.pending, true)
+	s, _ := lossyPrefix(d.pending, true)
 	d.pending = d.pending[:0]
 	return s
-}
-
-// validPrefix converts b to text, one U+FFFD per invalid byte, up to the
-// first place where the rest could still become a character (all of b when
-// final) and returns how many bytes it used. Because a rune is decoded
-// only once its bytes are fully known (utf8.FullRune), the result does not
-// depend on where b was cut.
-func validPrefix(b []byte, final bool) (string, int) {
-	var sb strings.Builder
-	i := 0
-	for i < len(b) {
-		if !final && !utf8.FullRune(b[i:]) {
-			break
-		}
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size <= 1 {
-			sb.WriteRune(utf8.RuneError)
-			i++
-			continue
-		}
-		sb.Write(b[i : i+size])
-		i += size
-	}
-	return sb.String(), i
 }

@@ -199,19 +199,23 @@ func (s *Split) pieces(spans []span) []span {
 type PreTokenizerSequence []PreTokenizer
 
 // Words yields the words left after every pre-tokenizer has run.
-func (seq PreTokenizerSequence) Words(s string) iter.Seq[string] {
+func (seq PreTokenizerSequence) Words(s string) iter.Seq[string] { return seq.wordsAt(s, true) }
+
+// wordsAt is Words for a text that may or may not begin the input.
+func (seq PreTokenizerSequence) wordsAt(s string, atStart bool) iter.Seq[string] {
 	return func(yield func(string) bool) {
-		seq.walk(s, yield)
+		seq.walk(s, atStart, yield)
 	}
 }
 
-// walk feeds the words of s through seq[0], then the rest; false stops.
-func (seq PreTokenizerSequence) walk(s string, yield func(string) bool) bool {
+// walk feeds the words of s through seq[0], then the rest; false stops. A
+// word is at the start of the input when s is and the word begins s.
+func (seq PreTokenizerSequence) walk(s string, atStart bool, yield func(string) bool) bool {
 	if len(seq) == 0 {
 		return yield(s)
 	}
-	for w := range seq[0].Words(s) {
-		if !seq[1:].walk(w, yield) {
+	for w := range preWords(seq[0], s, atStart) {
+		if !seq[1:].walk(w, atStart && startsAt(w, s), yield) {
 			return false
 		}
 	}

@@ -3,7 +3,6 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // Limits that bound the work one file or one text can cause.
@@ -57,12 +56,13 @@ type Tokenizer struct {
 // Encode tokenizes text, adds the special tokens and truncates the result
 // to at most maxTokens ids, special tokens included, keeping the special
 // tokens. maxTokens <= 0 applies the file's truncation setting, if any.
-// Invalid UTF-8 is read as U+FFFD, as Hugging Face's lossy decoding does.
+// Invalid UTF-8 is read as U+FFFD, one per maximal invalid subpart (see
+// LossyUTF8).
 func (t *Tokenizer) Encode(text string, maxTokens int) (Encoding, error) {
 	if len(text) > MaxInputBytes {
 		return Encoding{}, fmt.Errorf("%w: %d bytes, at most %d", ErrInputTooLarge, len(text), MaxInputBytes)
 	}
-	text = strings.ToValidUTF8(text, "\uFFFD")
+	text = lossyString(text)
 	added := 0
 	if t.post != nil {
 		added = t.post.AddedTokens()
@@ -103,7 +103,7 @@ func (t *Tokenizer) EncodeContent(text string) ([]int64, error) {
 	if len(text) > MaxInputBytes {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrInputTooLarge, len(text), MaxInputBytes)
 	}
-	return t.encodeContent(strings.ToValidUTF8(text, "\uFFFD"), -1, false), nil
+	return t.encodeContent(lossyString(text), -1, false), nil
 }
 
 // encodeContent returns the ids of text without special tokens. With a
@@ -116,7 +116,7 @@ func (t *Tokenizer) encodeContent(text string, limit int, left bool) []int64 {
 	full := func(ids []int64) bool { return stopAt >= 0 && len(ids) >= stopAt }
 	var ids []int64
 	var normSegs []segment
-	for _, seg := range t.raw.split(text, nil) {
+	for si, seg := range t.raw.split(text, nil) {
 		if full(ids) {
 			return ids
 		}
@@ -129,7 +129,7 @@ func (t *Tokenizer) encodeContent(text string, limit int, left bool) []int64 {
 			s = t.normalizer.Normalize(s)
 		}
 		normSegs = t.normalized.split(s, normSegs[:0])
-		for _, ns := range normSegs {
+		for ni, ns := range normSegs {
 			if full(ids) {
 				return ids
 			}
@@ -141,7 +141,10 @@ func (t *Tokenizer) encodeContent(text string, limit int, left bool) []int64 {
 				ids = t.model.Tokenize(ns.text, ids)
 				continue
 			}
-			for w := range t.pre.Words(ns.text) {
+			// Only text at offset 0 of the input is at its start (Metaspace's
+			// prepend_scheme "first" depends on it).
+			atStart := si == 0 && ni == 0
+			for w := range preWords(t.pre, ns.text, atStart) {
 				ids = t.model.Tokenize(w, ids)
 				if full(ids) {
 					return ids

@@ -251,8 +251,8 @@ func TestLoadErrors(t *testing.T) {
 		name, want string
 		edit       func(m map[string]any)
 	}{
-		{"unknown model", `unsupported model type "Unigram"`, func(m map[string]any) {
-			m["model"] = map[string]any{"type": "Unigram", "vocab": []any{}}
+		{"unknown model", `unsupported model type "WordLevel"`, func(m map[string]any) {
+			m["model"] = map[string]any{"type": "WordLevel", "vocab": map[string]any{}}
 		}},
 		{"bpe merge out of vocabulary", `makes "ab", which is not in the vocabulary`, func(m map[string]any) {
 			m["model"] = map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0, "b": 1}, "merges": []any{"a b"}}
@@ -266,11 +266,17 @@ func TestLoadErrors(t *testing.T) {
 		{"missing unk", `unk_token "[NOPE]"`, func(m map[string]any) {
 			m["model"].(map[string]any)["unk_token"] = "[NOPE]"
 		}},
-		{"unknown normalizer", `unsupported normalizer type "Precompiled"`, func(m map[string]any) {
-			m["normalizer"] = map[string]any{"type": "Precompiled"}
+		{"unknown normalizer", `unsupported normalizer type "Nmt"`, func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Nmt"}
 		}},
-		{"unknown pre-tokenizer", `unsupported pre_tokenizer type "Metaspace"`, func(m map[string]any) {
-			m["pre_tokenizer"] = map[string]any{"type": "Metaspace"}
+		{"empty charsmap", `charsmap`, func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Precompiled", "precompiled_charsmap": ""}
+		}},
+		{"bad metaspace scheme", `prepend_scheme`, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}
+		}},
+		{"unknown pre-tokenizer", `unsupported pre_tokenizer type "Punctuation"`, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Punctuation"}
 		}},
 		{"bad split pattern", `pattern`, func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "(?<"}, "behavior": "Isolated"}
