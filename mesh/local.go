@@ -46,6 +46,7 @@ type localState struct {
 	last    *meshv1.NodeRecord // the record next built last; nil before
 	info    map[string]ModelInfo
 	latency map[string]float64 // model -> moving average in microseconds
+	prefix  route.PrefixDigest // chat prefixes served recently (prefix.go)
 }
 
 func newLocalState(id string, epoch uint64, alpha float64, clock func() time.Time) *localState {
@@ -208,6 +209,7 @@ func (l *localState) next() *meshv1.NodeRecord {
 		CanaryPercent: uint32(l.routing.CanaryPercent),
 		UpdatedUnixMs: l.clock().UnixMilli(),
 		Leaving:       l.leaving,
+		PrefixDigest:  digestToProto(l.prefix),
 	}
 	ids := make([]string, 0, len(l.models))
 	for m := range l.models {

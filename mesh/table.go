@@ -227,6 +227,7 @@ func viewOf(r *meshv1.NodeRecord) route.Peer {
 		CanaryPercent: int(r.GetCanaryPercent()),
 		Models:        make(map[string]route.Model, len(r.GetModels())),
 		Updated:       time.UnixMilli(r.GetUpdatedUnixMs()),
+		Prefixes:      digestFromProto(r.GetPrefixDigest()),
 	}
 	for _, m := range r.GetModels() {
 		p.Models[m.GetModel()] = route.Model{Warm: m.GetWarm(), Latency: time.Duration(m.GetLatencyUs()) * time.Microsecond,

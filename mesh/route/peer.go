@@ -100,6 +100,10 @@ type Peer struct {
 	Models map[string]Model
 	// Updated is when the node produced the record the view is built from.
 	Updated time.Time
+	// Prefixes summarises the chat prefixes the node served recently, for
+	// the prefix strategies; its bytes are shared and must not be
+	// modified.
+	Prefixes PrefixDigest
 }
 
 // Routable reports whether the peer may receive new work at all: it is ready

@@ -18,6 +18,16 @@ type Facts struct {
 	Counter uint64
 	// Seed is a per-request random value for the weighted strategy.
 	Seed uint64
+	// Prefixes are the request's prefix hashes for the prefix strategies
+	// (node/prefix computes them): Prefixes[k-1] identifies the model,
+	// tools and first k messages of a chat request. Nil for requests that
+	// are not chats; other strategies ignore it.
+	Prefixes []uint64
+	// PrefixSlack is how many more requests in flight than the least
+	// loaded candidate the holder of the longest prefix may have and
+	// still come first: 0 means DefaultPrefixSlack, a negative value
+	// means none (the holder must be among the least loaded).
+	PrefixSlack int
 }
 
 // Result is the outcome of ranking.

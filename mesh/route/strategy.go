@@ -23,27 +23,61 @@ const (
 	// Sticky sends a caller to the same node while that node is healthy
 	// (rendezvous hashing of the caller over the candidates).
 	Sticky Strategy = "sticky"
+	// Prefix puts the candidate holding the longest cached prefix of a
+	// chat request first while its load is within Facts.PrefixSlack of the
+	// least loaded candidate, and orders everything else round-robin.
+	// "prefix.<strategy>" (for example "prefix.least-connections") orders
+	// everything else by that strategy instead; see prefix.go.
+	Prefix Strategy = "prefix"
 )
+
+// prefixSep joins the prefix modifier to its base strategy. It is a dot
+// because replicated policy allows only [a-z0-9._-] in strategy names.
+const prefixSep = "."
 
 // DefaultStrategy is used when none is configured.
 const DefaultStrategy = RoundRobin
 
 // Strategies lists every known strategy.
 func Strategies() []Strategy {
+	return []Strategy{RoundRobin, LeastLatency, LeastConnections, Weighted, Sticky, Prefix}
+}
+
+// baseStrategies are the strategies a prefix strategy can fall back to.
+func baseStrategies() []Strategy {
 	return []Strategy{RoundRobin, LeastLatency, LeastConnections, Weighted, Sticky}
 }
 
+// PrefixAware reports whether s is Prefix or "prefix.<strategy>".
+func (s Strategy) PrefixAware() bool {
+	return s == Prefix || strings.HasPrefix(string(s), string(Prefix)+prefixSep)
+}
+
+// Base returns the strategy that orders candidates apart from the prefix
+// preference: RoundRobin for Prefix, X for "prefix.X", s itself for a
+// strategy that is not prefix-aware.
+func (s Strategy) Base() Strategy {
+	switch {
+	case s == Prefix:
+		return RoundRobin
+	case s.PrefixAware():
+		return s[len(Prefix)+len(prefixSep):]
+	}
+	return s
+}
+
 // ParseStrategy accepts a strategy name (case-insensitive, "_" for "-"); the
-// empty string means DefaultStrategy.
+// empty string means DefaultStrategy. Besides Strategies it accepts
+// "prefix.<strategy>" for each strategy that is not prefix-aware itself.
 func ParseStrategy(s string) (Strategy, error) {
 	if s == "" {
 		return DefaultStrategy, nil
 	}
 	n := Strategy(strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "-"))
-	if slices.Contains(Strategies(), n) {
+	if slices.Contains(Strategies(), n) || n.PrefixAware() && slices.Contains(baseStrategies(), n.Base()) {
 		return n, nil
 	}
-	return "", fmt.Errorf("route: unknown strategy %q (want one of round-robin, least-latency, least-connections, weighted, sticky)", s)
+	return "", fmt.Errorf("route: unknown strategy %q (want one of round-robin, least-latency, least-connections, weighted, sticky, prefix or prefix.<one of the others>)", s)
 }
 
 // order sorts peers in place by the strategy. All strategies first sort by id
@@ -53,6 +87,17 @@ func order(s Strategy, f *Facts, peers []*Peer) {
 		return
 	}
 	slices.SortFunc(peers, func(a, b *Peer) int { return strings.Compare(a.ID, b.ID) })
+	if s.PrefixAware() {
+		orderBase(s.Base(), f, peers)
+		preferPrefix(f, peers)
+		return
+	}
+	orderBase(s, f, peers)
+}
+
+// orderBase sorts peers, already sorted by id, by a strategy that is not
+// prefix-aware.
+func orderBase(s Strategy, f *Facts, peers []*Peer) {
 	switch s {
 	case LeastLatency:
 		rotate(peers, f.Counter)

@@ -294,7 +294,10 @@ type NodeRecord struct {
 	UpdatedUnixMs int64 `protobuf:"varint,12,opt,name=updated_unix_ms,json=updatedUnixMs,proto3" json:"updated_unix_ms,omitempty"`
 	// Set in the last record a node publishes before it leaves gracefully,
 	// so peers can tell a leave from a failure.
-	Leaving       bool `protobuf:"varint,13,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,13,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// The chat prefixes the node served recently, for prefix-aware routing;
+	// absent when it served none.
+	PrefixDigest  *PrefixDigest `protobuf:"bytes,14,opt,name=prefix_digest,json=prefixDigest,proto3" json:"prefix_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +423,81 @@ func (x *NodeRecord) GetLeaving() bool {
 	return false
 }
 
+func (x *NodeRecord) GetPrefixDigest() *PrefixDigest {
+	if x != nil {
+		return x.PrefixDigest
+	}
+	return nil
+}
+
+// PrefixDigest is a Bloom filter over 64-bit hashes of chat message
+// prefixes (model, tools and the first k messages of a conversation, see
+// node/prefix). A peer that holds a request's longest prefix is likely to
+// have its KV blocks cached.
+type PrefixDigest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The filter's bits: bit i is bit i%8, least significant first, of
+	// byte i/8. At most 8192 bytes; receivers ignore a larger filter.
+	Bloom []byte `protobuf:"bytes,1,opt,name=bloom,proto3" json:"bloom,omitempty"`
+	// Number of bit positions each hash sets (1 to 32).
+	HashCount uint32 `protobuf:"varint,2,opt,name=hash_count,json=hashCount,proto3" json:"hash_count,omitempty"`
+	// Number of hashes added (informational).
+	Entries       uint32 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixDigest) Reset() {
+	*x = PrefixDigest{}
+	mi := &file_infermesh_mesh_v1_mesh_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixDigest) ProtoMessage() {}
+
+func (x *PrefixDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_mesh_v1_mesh_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixDigest.ProtoReflect.Descriptor instead.
+func (*PrefixDigest) Descriptor() ([]byte, []int) {
+	return file_infermesh_mesh_v1_mesh_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PrefixDigest) GetBloom() []byte {
+	if x != nil {
+		return x.Bloom
+	}
+	return nil
+}
+
+func (x *PrefixDigest) GetHashCount() uint32 {
+	if x != nil {
+		return x.HashCount
+	}
+	return 0
+}
+
+func (x *PrefixDigest) GetEntries() uint32 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
 // RecordSet is the push-pull state: every record the sender knows.
 type RecordSet struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -431,7 +509,7 @@ type RecordSet struct {
 
 func (x *RecordSet) Reset() {
 	*x = RecordSet{}
-	mi := &file_infermesh_mesh_v1_mesh_proto_msgTypes[3]
+	mi := &file_infermesh_mesh_v1_mesh_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +521,7 @@ func (x *RecordSet) String() string {
 func (*RecordSet) ProtoMessage() {}
 
 func (x *RecordSet) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_mesh_v1_mesh_proto_msgTypes[3]
+	mi := &file_infermesh_mesh_v1_mesh_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +534,7 @@ func (x *RecordSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSet.ProtoReflect.Descriptor instead.
 func (*RecordSet) Descriptor() ([]byte, []int) {
-	return file_infermesh_mesh_v1_mesh_proto_rawDescGZIP(), []int{3}
+	return file_infermesh_mesh_v1_mesh_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RecordSet) GetRecords() []*NodeRecord {
@@ -486,7 +564,7 @@ const file_infermesh_mesh_v1_mesh_proto_rawDesc = "" +
 	"\x04task\x18\x05 \x01(\tR\x04task\x12!\n" +
 	"\fcreated_unix\x18\x06 \x01(\x03R\vcreatedUnix\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"\xb2\x03\n" +
+	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"\xf8\x03\n" +
 	"\n" +
 	"NodeRecord\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -503,7 +581,13 @@ const file_infermesh_mesh_v1_mesh_proto_rawDesc = "" +
 	" \x01(\bR\x06canary\x12%\n" +
 	"\x0ecanary_percent\x18\v \x01(\rR\rcanaryPercent\x12&\n" +
 	"\x0fupdated_unix_ms\x18\f \x01(\x03R\rupdatedUnixMs\x12\x18\n" +
-	"\aleaving\x18\r \x01(\bR\aleaving\"D\n" +
+	"\aleaving\x18\r \x01(\bR\aleaving\x12D\n" +
+	"\rprefix_digest\x18\x0e \x01(\v2\x1f.infermesh.mesh.v1.PrefixDigestR\fprefixDigest\"]\n" +
+	"\fPrefixDigest\x12\x14\n" +
+	"\x05bloom\x18\x01 \x01(\fR\x05bloom\x12\x1d\n" +
+	"\n" +
+	"hash_count\x18\x02 \x01(\rR\thashCount\x12\x18\n" +
+	"\aentries\x18\x03 \x01(\rR\aentries\"D\n" +
 	"\tRecordSet\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.infermesh.mesh.v1.NodeRecordR\arecords*o\n" +
 	"\x06Health\x12\x16\n" +
@@ -527,23 +611,25 @@ func file_infermesh_mesh_v1_mesh_proto_rawDescGZIP() []byte {
 }
 
 var file_infermesh_mesh_v1_mesh_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_infermesh_mesh_v1_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_infermesh_mesh_v1_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_infermesh_mesh_v1_mesh_proto_goTypes = []any{
-	(Health)(0),        // 0: infermesh.mesh.v1.Health
-	(*NodeMeta)(nil),   // 1: infermesh.mesh.v1.NodeMeta
-	(*ModelState)(nil), // 2: infermesh.mesh.v1.ModelState
-	(*NodeRecord)(nil), // 3: infermesh.mesh.v1.NodeRecord
-	(*RecordSet)(nil),  // 4: infermesh.mesh.v1.RecordSet
+	(Health)(0),          // 0: infermesh.mesh.v1.Health
+	(*NodeMeta)(nil),     // 1: infermesh.mesh.v1.NodeMeta
+	(*ModelState)(nil),   // 2: infermesh.mesh.v1.ModelState
+	(*NodeRecord)(nil),   // 3: infermesh.mesh.v1.NodeRecord
+	(*PrefixDigest)(nil), // 4: infermesh.mesh.v1.PrefixDigest
+	(*RecordSet)(nil),    // 5: infermesh.mesh.v1.RecordSet
 }
 var file_infermesh_mesh_v1_mesh_proto_depIdxs = []int32{
 	0, // 0: infermesh.mesh.v1.NodeRecord.health:type_name -> infermesh.mesh.v1.Health
 	2, // 1: infermesh.mesh.v1.NodeRecord.models:type_name -> infermesh.mesh.v1.ModelState
-	3, // 2: infermesh.mesh.v1.RecordSet.records:type_name -> infermesh.mesh.v1.NodeRecord
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 2: infermesh.mesh.v1.NodeRecord.prefix_digest:type_name -> infermesh.mesh.v1.PrefixDigest
+	3, // 3: infermesh.mesh.v1.RecordSet.records:type_name -> infermesh.mesh.v1.NodeRecord
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_infermesh_mesh_v1_mesh_proto_init() }
@@ -557,7 +643,7 @@ func file_infermesh_mesh_v1_mesh_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infermesh_mesh_v1_mesh_proto_rawDesc), len(file_infermesh_mesh_v1_mesh_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/infermesh/infermesh/node/prefix"
+)
+
+// Conversation workload of TestPrefixRoutingKeepsConversations.
+const (
+	prefixConversations = 30
+	prefixTurns         = 4 // the first turn and three follow-ups
+)
+
+// convStats is what one run of the workload measured.
+type convStats struct {
+	followUps, stayed int
+	followUpTTFT      time.Duration // summed time to first token of follow-ups
+	perNode           map[string]int
+}
+
+func (s convStats) share() float64 { return float64(s.stayed) / float64(s.followUps) }
+
+// TestPrefixRoutingKeepsConversations serves 30 interleaved multi-turn
+// conversations on a 3-process mesh, entering each request at a random
+// node, once with round-robin and once with the prefix strategy, and
+// reports the share of follow-up turns served by the node that served the
+// previous turn (the node whose engine holds the conversation's prefix).
+// It needs the dispatcher to pass the request's prefix hashes to routing
+// and the chat path to record served conversations (see node/prefix).
+func TestPrefixRoutingKeepsConversations(t *testing.T) {
+	rr := runConversations(t, "round-robin", "127.0.50.")
+	px := runConversations(t, "prefix", "127.0.51.")
+	mean := func(s convStats) time.Duration { return s.followUpTTFT / time.Duration(s.followUps) }
+	t.Logf("follow-up turns on the previous turn's node: prefix %d/%d = %.1f%%, round-robin %d/%d = %.1f%%",
+		px.stayed, px.followUps, 100*px.share(), rr.stayed, rr.followUps, 100*rr.share())
+	t.Logf("mean follow-up time to first token (streamed): prefix %v, round-robin %v; requests per node: prefix %v, round-robin %v",
+		mean(px).Round(time.Millisecond), mean(rr).Round(time.Millisecond), px.perNode, rr.perNode)
+	if px.share() < 0.9 {
+		t.Errorf("prefix routing kept %.1f%% of follow-ups on their node, want at least 90%%", 100*px.share())
+	}
+	if rr.share() > 0.6 {
+		t.Errorf("round-robin kept %.1f%% of follow-ups on their node; the workload does not discriminate", 100*rr.share())
+	}
+	// Balance: no node serves more than half of the requests.
+	for id, n := range px.perNode {
+		if n > prefixConversations*prefixTurns/2 {
+			t.Errorf("prefix routing sent %d of %d requests to %s", n, prefixConversations*prefixTurns, id)
+		}
+	}
+}
+
+// runConversations starts a 3-node mesh with the strategy and runs the
+// workload on it; the nodes stop when the test ends.
+func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
+	t.Helper()
+	var ps []*proc
+	for i := 1; i <= 3; i++ {
+		join := ""
+		if i > 1 {
+			join = ipPrefix + "1:17946"
+		}
+		n := meshNode{fmt.Sprintf("%s-%d", strategy, i), fmt.Sprintf("%s%d", ipPrefix, i), []string{"tiny-llama"}}
+		ps = append(ps, startMeshNode(t, n, join, "--strategy", strategy))
+	}
+	waitMembers(t, ps, 3)
+
+	// Capture the bodies the SDK sends, to check that a follow-up's prefix
+	// hashes extend the previous turn's conversation as the serving node
+	// records it.
+	var mu sync.Mutex
+	var lastBody []byte
+	capture := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		if req.Body != nil {
+			b, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			req.Body = io.NopCloser(bytes.NewReader(b))
+			mu.Lock()
+			lastBody = b
+			mu.Unlock()
+		}
+		return next(req)
+	})
+
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(42, 7))
+	history := make([][]openai.ChatCompletionMessageParamUnion, prefixConversations)
+	served := make([]string, prefixConversations)
+	recorded := make([]uint64, prefixConversations) // what the previous turn's node records last
+	st := convStats{perNode: map[string]int{}}
+	order := make([]int, prefixConversations)
+	for i := range order {
+		order[i] = i
+	}
+	for turn := 0; turn < prefixTurns; turn++ {
+		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, c := range order {
+			if turn == 0 {
+				history[c] = append(history[c], openai.SystemMessage("You are a helpful assistant."))
+			}
+			history[c] = append(history[c], openai.UserMessage(fmt.Sprintf("Conversation %d, question %d: what happens next in the story of the %d lighthouses?", c, turn, c+turn)))
+			client := ps[r.IntN(len(ps))].client()
+			var resp *http.Response
+			start := time.Now()
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+				Model: "tiny-llama:test", Messages: history[c], Temperature: openai.Float(0), MaxTokens: openai.Int(8),
+			}, option.WithResponseInto(&resp), capture)
+			var acc openai.ChatCompletionAccumulator
+			var ttft time.Duration
+			for stream.Next() {
+				if ttft == 0 {
+					ttft = time.Since(start)
+				}
+				acc.AddChunk(stream.Current())
+			}
+			if err := stream.Err(); err != nil || len(acc.Choices) != 1 {
+				t.Fatalf("%s: conversation %d turn %d: %v (%d choices)", strategy, c, turn, err, len(acc.Choices))
+			}
+			res := acc.ChatCompletion
+			backend := resp.Header.Get("X-Service-Backend")
+			st.perNode[backend]++
+			mu.Lock()
+			body := lastBody
+			mu.Unlock()
+			hashes := prefix.RequestHashes("onnx/tiny-llama/test", body)
+			if len(hashes) != len(history[c]) {
+				t.Fatalf("%s: %d prefix hashes for %d messages", strategy, len(hashes), len(history[c]))
+			}
+			if turn > 0 {
+				st.followUps++
+				st.followUpTTFT += ttft
+				if backend == served[c] {
+					st.stayed++
+				}
+				// The previous turn with its answer is a prefix of this one.
+				if hashes[len(hashes)-2] != recorded[c] {
+					t.Fatalf("%s: conversation %d turn %d does not extend the recorded conversation", strategy, c, turn)
+				}
+			}
+			served[c] = backend
+			msg := res.Choices[0].Message
+			_, msgs, err := prefix.ParseRequest(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := prefix.Hashes("onnx/tiny-llama/test", nil, append(slices.Clone(msgs), prefix.Message{Role: "assistant", Content: msg.Content}))
+			recorded[c] = all[len(all)-1]
+			history[c] = append(history[c], msg.ToParam())
+		}
+		// Digests travel with the next record; let the last ones spread.
+		time.Sleep(300 * time.Millisecond)
+	}
+	return st
+}
