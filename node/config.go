@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/imagecodec"
 )
@@ -243,10 +244,8 @@ func (c *Config) Validate() error {
 	if c.BootstrapExpect < 0 || c.BootstrapExpect > 1 && len(c.Join) == 0 {
 		errs = append(errs, fmt.Errorf("bootstrap expect %d: want 0, 1, or more with --join naming the other nodes", c.BootstrapExpect))
 	}
-	switch c.Strategy {
-	case "round-robin", "least-latency", "least-connections", "weighted", "sticky":
-	default:
-		errs = append(errs, fmt.Errorf("strategy %q: want round-robin, least-latency, least-connections, weighted or sticky", c.Strategy))
+	if _, err := route.ParseStrategy(c.Strategy); err != nil {
+		errs = append(errs, fmt.Errorf("strategy %q: want one of %v, or prefix.<strategy>", c.Strategy, route.Strategies()))
 	}
 	switch c.Engine {
 	case "", EngineLocal, EngineGateway:

@@ -20,8 +20,10 @@ import (
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/batch"
+	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/limits"
 	"github.com/infermesh/infermesh/node/models"
+	"github.com/infermesh/infermesh/node/prefix"
 )
 
 // Node is one running infermesh node.
@@ -30,6 +32,8 @@ type Node struct {
 	log   *slog.Logger
 	clock func() time.Time
 	reg   *prometheus.Registry
+
+	prefixes *prefix.Tracker // chat prefixes served here, for prefix-aware routing
 
 	store   *models.Store
 	catalog *models.Catalog
@@ -66,7 +70,8 @@ func New(cfg Config) (*Node, error) {
 		cfg.Clock = time.Now
 	}
 	cfg.fillAddrs()
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1),
+		prefixes: prefix.NewTracker(prefix.TrackerConfig{})}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -123,6 +128,7 @@ func New(cfg Config) (*Node, error) {
 		TrustedProxies: trusted,
 		Bodies:         api.BodyLimits{Budget: cfg.BodyBudget, MinRate: cfg.BodyMinRate, Grace: cfg.BodyGrace},
 		ImageBudget:    cfg.ImageBudget,
+		ChatServed:     n.recordPrefix,
 	})
 	built = true
 	return n, nil
@@ -251,3 +257,12 @@ func (n *Node) fatal(err error) {
 
 // Fatal delivers an error when the node can no longer run correctly.
 func (n *Node) Fatal() <-chan error { return n.fatalCh }
+
+// recordPrefix remembers a chat this node answered and publishes the new
+// digest of served prefixes (api.Options.ChatServed).
+func (n *Node) recordPrefix(model string, req engine.ChatRequest, answer engine.ChatMessage) {
+	n.prefixes.Record(prefix.Served(model, req, answer)...)
+	if n.cluster != nil && n.cluster.mesh != nil {
+		n.cluster.mesh.SetPrefixDigest(n.prefixes.Digest())
+	}
+}

@@ -24,7 +24,8 @@ import (
 // GET/PUT /v1/server/policy and the shape of <data-dir>/gateway.json.
 type PolicyDoc struct {
 	// Strategy is the routing strategy (round-robin, least-latency,
-	// least-connections, weighted or sticky); empty means round-robin.
+	// least-connections, weighted, sticky, prefix or prefix.<strategy>);
+	// empty means round-robin.
 	Strategy string `json:"strategy,omitempty"`
 	// Governance is the model pull mode: curated, federated or open; empty
 	// means open.

@@ -102,7 +102,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.String(&cfg.ClusterSecret, "cluster-secret", "SERVICE_CLUSTER_SECRET", cfg.ClusterSecret, "shared secret for node-to-node calls (required with --join)")
 	f.Int(&cfg.BootstrapExpect, "bootstrap-expect", "SERVICE_BOOTSTRAP_EXPECT", cfg.BootstrapExpect, "with --join on a new mesh: wait for this many nodes (itself included), then the lowest node id bootstraps raft with all of them; start exactly this many at once")
 	f.Int(&cfg.Voters, "voters", "SERVICE_VOTERS", cfg.Voters, "raft voters to keep (3 or 5)")
-	f.String(&cfg.Strategy, "strategy", "SERVICE_STRATEGY", cfg.Strategy, "routing strategy: round-robin, least-latency, least-connections, weighted, sticky")
+	f.String(&cfg.Strategy, "strategy", "SERVICE_STRATEGY", cfg.Strategy, "routing strategy: round-robin, least-latency, least-connections, weighted, sticky, prefix or prefix.<strategy>")
 	f.String(&cfg.Engine, "engine", "SERVICE_ENGINE", cfg.Engine, "node role: local or gateway (the same: every node routes across the mesh and serves the models it holds)")
 	f.Int(&cfg.InflightCap, "inflight-cap", "SERVICE_INFLIGHT_CAP", cfg.InflightCap, "requests this node serves at once before peers route elsewhere")
 	f.Int(&cfg.Weight, "weight", "SERVICE_WEIGHT", cfg.Weight, "this node's weight for the weighted strategy")

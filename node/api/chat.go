@@ -354,6 +354,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, err)
 			return
 		}
+		if s.opt.ChatServed != nil {
+			s.opt.ChatServed(m.ID, p.Req, res.Message)
+		}
 		reportUsage(w, int64(res.Usage.PromptTokens), int64(res.Usage.CompletionTokens))
 		msg := map[string]any{"role": "assistant", "content": nil, "refusal": nil}
 		if res.Message.Content != "" || len(res.Message.ToolCalls) == 0 {
@@ -408,6 +411,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reportUsage(w, int64(res.Usage.PromptTokens), int64(res.Usage.CompletionTokens))
+	if s.opt.ChatServed != nil {
+		s.opt.ChatServed(m.ID, p.Req, res.Message)
+	}
 	if p.IncludeUsage {
 		sse.data(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": m.ID,
 			"choices": []any{}, "usage": usageJSON(res.Usage)})

@@ -201,6 +201,10 @@ type Options struct {
 	Dashboard bool
 	// Bodies bounds request bodies (zero fields take the defaults).
 	Bodies BodyLimits
+	// ChatServed, when set, is called after this node answered a chat
+	// request in full, with the canonical model id, the request and the
+	// generated message (prefix-aware routing records it).
+	ChatServed func(model string, req engine.ChatRequest, answer engine.ChatMessage)
 	// ImageBudget bounds the memory decoded request images hold at once,
 	// in bytes (imagecodec.DefaultBudget when 0).
 	ImageBudget int64

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/route"
+	"github.com/infermesh/infermesh/node/prefix"
 )
 
 // BackendHeader names the node that served a response.
@@ -196,12 +198,16 @@ func (d *Dispatcher) Serve(w http.ResponseWriter, r *http.Request, f Facts, body
 	}
 	pol := d.policy.Policy()
 	n := d.counter.Add(1)
-	res := route.Rank(pol.Strategy, route.Facts{
+	rf := route.Facts{
 		Model:   f.Model,
 		Caller:  routeKey(f, r),
 		Counter: n,
 		Seed:    route.Seed(n, d.salt),
-	}, d.view(pol))
+	}
+	if pol.Strategy.PrefixAware() && strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		rf.Prefixes = prefix.RequestHashes(f.Model, body)
+	}
+	res := route.Rank(pol.Strategy, rf, d.view(pol))
 
 	if len(res.Candidates) == 0 {
 		if res.Saturated {
