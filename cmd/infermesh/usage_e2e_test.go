@@ -74,9 +74,9 @@ func TestUsageIsTrueAndNamesTheWorker(t *testing.T) {
 		// A stream reports its usage in the last chunk.
 		var resp *http.Response
 		stream := cl.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-			Model:         "tiny-llama:test",
-			Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Stream me a short answer.")},
-			Seed:          openai.Int(int64(i)), MaxTokens: openai.Int(9),
+			Model:    "tiny-llama:test",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Stream me a short answer.")},
+			Seed:     openai.Int(int64(i)), MaxTokens: openai.Int(9),
 			StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
 		}, option.WithResponseInto(&resp))
 		var acc openai.ChatCompletionAccumulator
