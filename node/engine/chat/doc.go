@@ -3,9 +3,12 @@
 // whatever computes the logits (a Forwarder; node/engine/onnx provides one
 // per request with its KV cache).
 //
-//	template.go   the model's own Jinja chat template (gonja, with Hugging
-//	              Face's trim_blocks/lstrip_blocks and a Python-compatible
-//	              tojson), or a built-in ChatML / Llama 3 format (formats.go)
+//	template*.go  the model's own Jinja chat template, rendered by an
+//	              in-package jinja2-compatible engine (Hugging Face's
+//	              trim_blocks/lstrip_blocks, Python value semantics, tojson)
+//	              checked against Python's jinja2, or a built-in ChatML /
+//	              Llama 3 format when the model has no template (formats.go)
+//	gendefaults.go generation_config.json sampling defaults
 //	validate.go   request checks that become 400s with the OpenAI param name
 //	sampler.go    greedy at temperature 0; temperature, top-p, seeded PCG;
 //	              presence and frequency penalties

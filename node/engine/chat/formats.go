@@ -21,7 +21,7 @@ func toolsSection(tools []engine.Tool) string {
 	b.WriteString(toolsIntro)
 	for _, t := range templateTools(tools) {
 		b.WriteByte('\n')
-		_ = writePyJSON(&b, t, -1, 0, false)
+		_ = writePyJSON(&b, t, defaultJSONOpts(), 0)
 	}
 	b.WriteString(toolsOutro)
 	return b.String()
@@ -35,7 +35,11 @@ func toolCallBlocks(calls []engine.ToolCall) string {
 		b.WriteString("\n<tool_call>\n{\"name\": \"")
 		b.WriteString(c.Name)
 		b.WriteString("\", \"arguments\": ")
-		_ = writePyJSON(&b, jsonValue([]byte(c.Arguments), c.Arguments), -1, 0, false)
+		args, ok := jsonValue([]byte(c.Arguments))
+		if !ok {
+			args = c.Arguments
+		}
+		_ = writePyJSON(&b, args, defaultJSONOpts(), 0)
 		b.WriteString("}\n</tool_call>")
 	}
 	return b.String()

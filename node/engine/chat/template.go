@@ -2,18 +2,12 @@ package chat
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
-
-	"github.com/nikolalohinski/gonja/v2/builtins"
-	"github.com/nikolalohinski/gonja/v2/config"
-	"github.com/nikolalohinski/gonja/v2/exec"
-	"github.com/nikolalohinski/gonja/v2/loaders"
 
 	"github.com/infermesh/infermesh/node/engine"
 )
@@ -96,7 +90,7 @@ func tokenContent(raw json.RawMessage) string {
 }
 
 // Format names a built-in prompt format, used when a model ships no
-// usable Jinja template.
+// Jinja template.
 type Format string
 
 // Built-in formats.
@@ -111,39 +105,50 @@ const (
 
 // Template renders a conversation into the prompt text a model was trained
 // on: the model's own Jinja chat template when it has one, else a built-in
-// format. It is safe for concurrent use.
+// format. Jinja templates render as Hugging Face's apply_chat_template
+// does (jinja2's sandbox with trim_blocks and lstrip_blocks, its tojson,
+// raise_exception and strftime_now). It is safe for concurrent use.
 type Template struct {
-	jinja     *exec.Template // nil: use format
-	toolJinja *exec.Template // the tool_use template, if any
+	jinja     []stmt // nil: use format
+	toolJinja []stmt // the tool_use template, if any
 	format    Format
 	bos, eos  string
+	now       func() time.Time // strftime_now's clock
 }
 
-// NewTemplate compiles cfg's chat template. With no template, or one the
-// Jinja engine cannot parse, it falls back to fallback (FormatChatML or
-// FormatLlama3); fallback "" makes that an error.
+// NewTemplate compiles cfg's chat template and renders a probe
+// conversation with it. A template that does not parse, or that fails on
+// the probe, is an error naming the problem: there is no silent fallback.
+// Only a model without any template uses fallback (FormatChatML or
+// FormatLlama3); fallback "" makes that an error too.
 func NewTemplate(cfg TokenizerConfig, fallback Format) (*Template, error) {
-	t := &Template{format: fallback, bos: cfg.BOSToken, eos: cfg.EOSToken}
-	var parseErr error
-	if cfg.ChatTemplate != "" {
-		t.jinja, parseErr = compileJinja(cfg.ChatTemplate)
-	}
-	if cfg.ToolTemplate != "" && parseErr == nil {
-		t.toolJinja, parseErr = compileJinja(cfg.ToolTemplate)
-	}
-	if parseErr != nil {
-		t.jinja, t.toolJinja = nil, nil
-	}
-	if t.jinja == nil {
+	t := &Template{format: fallback, bos: cfg.BOSToken, eos: cfg.EOSToken, now: time.Now}
+	if cfg.ChatTemplate == "" {
 		switch fallback {
 		case FormatChatML, FormatLlama3:
+			return t, nil
 		case "":
-			if parseErr != nil {
-				return nil, fmt.Errorf("chat: chat template: %w", parseErr)
-			}
 			return nil, errors.New("chat: the model has no chat template and no built-in format fits its tokenizer")
-		default:
-			return nil, fmt.Errorf("chat: unknown built-in format %q", fallback)
+		}
+		return nil, fmt.Errorf("chat: unknown built-in format %q", fallback)
+	}
+	var err error
+	if t.jinja, err = parseTemplate(cfg.ChatTemplate); err != nil {
+		return nil, fmt.Errorf("chat: chat template does not parse: %w", err)
+	}
+	if cfg.ToolTemplate != "" {
+		if t.toolJinja, err = parseTemplate(cfg.ToolTemplate); err != nil {
+			return nil, fmt.Errorf("chat: tool_use chat template does not parse: %w", err)
+		}
+	}
+	probe := []engine.ChatMessage{{Role: engine.RoleUser, Content: "Hello"}}
+	if _, err := t.Render(probe, nil, true); err != nil {
+		return nil, fmt.Errorf("chat: chat template fails on a one-message conversation: %w", err)
+	}
+	if t.toolJinja != nil {
+		tool := []engine.Tool{{Name: "probe", Description: "Probe.", Parameters: []byte(`{"type":"object","properties":{}}`)}}
+		if _, err := t.Render(probe, tool, true); err != nil {
+			return nil, fmt.Errorf("chat: tool_use chat template fails on a one-message conversation: %w", err)
 		}
 	}
 	return t, nil
@@ -158,48 +163,15 @@ func (t *Template) Builtin() Format {
 	return t.format
 }
 
-// compileJinja parses src with an environment of its own: a copy of the
-// built-in filters with tojson replaced by a Python-compatible one, so no
-// package-level state is touched.
-func compileJinja(src string) (*exec.Template, error) {
-	filters := exec.NewFilterSet(map[string]exec.FilterFunction{})
-	filters.Update(builtins.Filters)
-	if err := filters.Replace("tojson", filterToJSON); err != nil {
-		return nil, err
-	}
-	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
-	env := &exec.Environment{
-		Context:           ctx,
-		Filters:           filters,
-		Tests:             builtins.Tests,
-		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
-	}
-	sum := sha256.Sum256([]byte(src))
-	root := fmt.Sprintf("chat-template-%x", sum[:8])
-	loader, err := loaders.NewFileSystemLoader("")
-	if err != nil {
-		return nil, err
-	}
-	shifted, err := loaders.NewShiftedLoader(root, strings.NewReader(src), loader)
-	if err != nil {
-		return nil, err
-	}
-	// Hugging Face renders chat templates with trim_blocks and lstrip_blocks.
-	cfg := config.New()
-	cfg.TrimBlocks = true
-	cfg.LeftStripBlocks = true
-	return exec.NewTemplate(root, cfg, shifted, env)
-}
-
 // Render lays out messages (and tools) as the prompt, ending with the
-// assistant's turn opener when addGenerationPrompt is set.
+// assistant's turn opener when addGenerationPrompt is set. A template that
+// raises or fails on the conversation gives an *engine.InputError.
 func (t *Template) Render(msgs []engine.ChatMessage, tools []engine.Tool, addGenerationPrompt bool) (string, error) {
-	tpl := t.jinja
+	prog := t.jinja
 	if len(tools) > 0 && t.toolJinja != nil {
-		tpl = t.toolJinja
+		prog = t.toolJinja
 	}
-	if tpl == nil {
+	if prog == nil {
 		switch t.format {
 		case FormatLlama3:
 			return renderLlama3(msgs, tools, addGenerationPrompt, t.bos), nil
@@ -207,33 +179,53 @@ func (t *Template) Render(msgs []engine.ChatMessage, tools []engine.Tool, addGen
 			return renderChatML(msgs, tools, addGenerationPrompt), nil
 		}
 	}
-	var raised error
-	data := map[string]any{
-		"messages":              templateMessages(msgs),
-		"add_generation_prompt": addGenerationPrompt,
-		"bos_token":             t.bos,
-		"eos_token":             t.eos,
-		"raise_exception": func(msg string) string {
-			raised = errors.New(msg)
-			return ""
-		},
-		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
-	}
-	if len(tools) > 0 {
-		data["tools"] = templateTools(tools)
-	}
-	out, err := tpl.ExecuteToString(exec.NewContext(data))
-	if raised != nil {
-		return "", &engine.InputError{Param: "messages", Msg: "the model's chat template refused the conversation: " + raised.Error()}
-	}
-	if err != nil {
-		return "", fmt.Errorf("chat: render template: %w", err)
+	vars := t.context(msgs, tools, addGenerationPrompt)
+	out, err := renderProgram(prog, vars, t.now)
+	var raised *raisedError
+	switch {
+	case errors.As(err, &raised):
+		return "", &engine.InputError{Param: "messages", Msg: "the model's chat template refused the conversation: " + raised.msg}
+	case err != nil:
+		return "", &engine.InputError{Param: "messages", Msg: "the model's chat template failed on the conversation: " + err.Error()}
 	}
 	return out, nil
 }
 
+// context is the template context Hugging Face builds: messages, tools
+// (None without tools), documents (None), add_generation_prompt and the
+// special tokens the tokenizer defines.
+func (t *Template) context(msgs []engine.ChatMessage, tools []engine.Tool, addGenerationPrompt bool) map[string]any {
+	vars := map[string]any{
+		"messages":              templateMessages(msgs),
+		"tools":                 nil,
+		"documents":             nil,
+		"add_generation_prompt": addGenerationPrompt,
+	}
+	if len(tools) > 0 {
+		vars["tools"] = templateTools(tools)
+	}
+	if t.bos != "" {
+		vars["bos_token"] = t.bos
+	}
+	if t.eos != "" {
+		vars["eos_token"] = t.eos
+	}
+	return vars
+}
+
+// renderProgram runs a parsed template with vars as its context.
+func renderProgram(prog []stmt, vars map[string]any, now func() time.Time) (string, error) {
+	var b strings.Builder
+	ev := &evaluator{out: &b, sc: &scope{vars: vars}, now: now}
+	if _, err := ev.execAll(prog); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
 // templateMessages builds the messages as Hugging Face passes them to a
-// template: developer becomes system, tool call arguments are objects.
+// template: developer becomes system, tool call arguments are objects
+// (as vLLM and the Transformers docs have them).
 func templateMessages(msgs []engine.ChatMessage) []any {
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
@@ -243,18 +235,22 @@ func templateMessages(msgs []engine.ChatMessage) []any {
 		}
 		d := newDict("role", role, "content", m.Content)
 		if m.Name != "" {
-			d = dictSet(d, "name", m.Name)
+			_ = d.set("name", m.Name)
 		}
 		if m.ToolCallID != "" {
-			d = dictSet(d, "tool_call_id", m.ToolCallID)
+			_ = d.set("tool_call_id", m.ToolCallID)
 		}
 		if len(m.ToolCalls) > 0 {
 			calls := make([]any, len(m.ToolCalls))
 			for j, c := range m.ToolCalls {
-				fn := newDict("name", c.Name, "arguments", jsonValue([]byte(c.Arguments), c.Arguments))
+				args, ok := jsonValue([]byte(c.Arguments))
+				if !ok {
+					args = c.Arguments
+				}
+				fn := newDict("name", c.Name, "arguments", args)
 				calls[j] = newDict("id", c.ID, "type", "function", "function", fn)
 			}
-			d = dictSet(d, "tool_calls", calls)
+			_ = d.set("tool_calls", calls)
 		}
 		out[i] = d
 	}
@@ -268,91 +264,23 @@ func templateTools(tools []engine.Tool) []any {
 	for i, tl := range tools {
 		fn := newDict("name", tl.Name)
 		if tl.Description != "" {
-			fn = dictSet(fn, "description", tl.Description)
+			_ = fn.set("description", tl.Description)
 		}
-		params := tl.Parameters
-		if len(bytes.TrimSpace(params)) == 0 {
-			params = []byte(`{"type": "object", "properties": {}}`)
+		params, ok := jsonValue(tl.Parameters)
+		if len(bytes.TrimSpace(tl.Parameters)) == 0 || !ok {
+			params = newDict("type", "object", "properties", newPyDict())
 		}
-		fn = dictSet(fn, "parameters", jsonValue(params, nil))
+		_ = fn.set("parameters", params)
 		out[i] = newDict("type", "function", "function", fn)
 	}
 	return out
 }
 
-// newDict builds an ordered template dict from key, value pairs.
-func newDict(kv ...any) *exec.Dict {
-	d := exec.NewDict()
+// newDict builds an ordered dict from key, value pairs.
+func newDict(kv ...any) *pyDict {
+	d := newPyDict()
 	for i := 0; i+1 < len(kv); i += 2 {
-		d = dictSet(d, kv[i].(string), kv[i+1])
+		_ = d.set(kv[i], kv[i+1])
 	}
 	return d
-}
-
-func dictSet(d *exec.Dict, key string, v any) *exec.Dict {
-	d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(key), Value: exec.AsValue(v)})
-	return d
-}
-
-// jsonValue decodes JSON into template values with object key order kept
-// (*exec.Dict) and numbers as their original text (json.Number). Invalid
-// JSON gives fallback.
-func jsonValue(data []byte, fallback any) any {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeOrdered(dec)
-	if err != nil {
-		return fallback
-	}
-	if _, err := dec.Token(); err == nil {
-		return fallback // trailing data
-	}
-	return v
-}
-
-func decodeOrdered(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := exec.NewDict()
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := decodeOrdered(dec)
-				if err != nil {
-					return nil, err
-				}
-				d = dictSet(d, k.(string), v)
-			}
-			_, err := dec.Token()
-			return d, err
-		case '[':
-			list := []any{}
-			for dec.More() {
-				v, err := decodeOrdered(dec)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			_, err := dec.Token()
-			return list, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	}
-	return tok, nil
-}
-
-// strftime formats t with the C directives chat templates use.
-func strftime(t time.Time, format string) string {
-	r := strings.NewReplacer("%d", t.Format("02"), "%b", t.Format("Jan"), "%B", t.Format("January"), "%Y", t.Format("2006"),
-		"%m", t.Format("01"), "%H", t.Format("15"), "%M", t.Format("04"), "%S", t.Format("05"), "%a", t.Format("Mon"), "%A", t.Format("Monday"), "%%", "%")
-	return r.Replace(format)
 }

@@ -169,7 +169,7 @@ func TestChatMLExactText(t *testing.T) {
 		"\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" +
 		"<|im_start|>user\nParis and Rome?<|im_end|>\n" +
 		"<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\n" +
-		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"n\": 1.50}}\n</tool_call><|im_end|>\n" +
+		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"n\": 1.5}}\n</tool_call><|im_end|>\n" +
 		"<|im_start|>user\n<tool_response>\n21C\n</tool_response><|im_end|>\n"
 	if got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
@@ -195,7 +195,7 @@ func TestTemplateConfigAndErrors(t *testing.T) {
 	if got, _ := tpl.Render(msgs, []engine.Tool{weatherTool}, true); got != "Tget_weather" {
 		t.Fatalf("tool_use template = %q", got)
 	}
-	raising, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% if messages[0].role != 'system' %}{{ raise_exception('need system') }}{% endif %}ok"}, "")
+	raising, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% if messages[0].content == 'x' %}{{ raise_exception('need system') }}{% endif %}ok"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,9 +207,11 @@ func TestTemplateConfigAndErrors(t *testing.T) {
 	if _, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% for %}"}, ""); err == nil {
 		t.Fatal("an unparsable template without fallback must fail")
 	}
-	fb, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% for %}"}, FormatChatML)
-	if err != nil || fb.Builtin() != FormatChatML {
-		t.Fatalf("unparsable template with fallback: %v, %q", err, fb.Builtin())
+	if _, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% for %}"}, FormatChatML); err == nil || !strings.Contains(err.Error(), "does not parse") {
+		t.Fatalf("an unparsable template must fail even with a built-in format: %v", err)
+	}
+	if _, err := NewTemplate(TokenizerConfig{ChatTemplate: "{{ messages[0].content.nosuch() }}"}, FormatChatML); err == nil || !strings.Contains(err.Error(), "fails on a one-message conversation") {
+		t.Fatalf("a template failing the probe must fail at load: %v", err)
 	}
 	if _, err := NewTemplate(TokenizerConfig{}, ""); err == nil {
 		t.Fatal("no template and no fallback must fail")
@@ -221,10 +223,10 @@ func TestPyJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"b": [1, 2.50, {"x": null}], "a": "é\u0001\"", "t": true, "e": {}, "l": []}`; got != want {
+	if want := `{"b": [1, 2.5, {"x": null}], "a": "é\u0001\"", "t": true, "e": {}, "l": []}`; got != want {
 		t.Fatalf("PyJSON = %s, want %s", got, want)
 	}
-	tpl, err := NewTemplate(TokenizerConfig{ChatTemplate: "{{ tools[0].function.parameters | tojson(indent=2) }}"}, "")
+	tpl, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% if tools %}{{ tools[0].function.parameters | tojson(indent=2) }}{% endif %}"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,5 +236,37 @@ func TestPyJSON(t *testing.T) {
 	}
 	if want := "{\n  \"type\": \"object\",\n  \"properties\": {}\n}"; out != want {
 		t.Fatalf("tojson(indent=2) = %q, want %q", out, want)
+	}
+}
+
+func TestTemplateConcurrentRenders(t *testing.T) {
+	tpl, err := NewTemplate(TokenizerConfig{ChatTemplate: qwen25Template}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := tpl.Render(conversations[6].msgs, conversations[6].tools, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 20 {
+				got, err := tpl.Render(conversations[6].msgs, conversations[6].tools, true)
+				if err == nil && got != want {
+					err = errors.New("a concurrent render differs")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
