@@ -115,6 +115,28 @@ func TestAdminWritesVisibleWhenTheyReturn(t *testing.T) {
 			t.Fatalf("round %d: policy get right after set: %q (%v), want %q", i, pol.Strategy, err, want)
 		}
 	}
+	// A revoked key is refused by every node as soon as the revoke returns,
+	// whichever node answered it: 100 trials.
+	accepted := 0
+	for i := range 100 {
+		var created keyView
+		if code, _, err := adminReq(follower, "POST", "/v1/server/keys", map[string]any{"name": fmt.Sprintf("rev-%d", i)}, &created); err != nil || code != 200 {
+			t.Fatalf("create: %d %v", code, err)
+		}
+		if code, c := keyed(follower, created.Key, "GET", "/v1/models", nil); code != 200 {
+			t.Fatalf("trial %d: new key on the follower: %d %s", i, code, c)
+		}
+		if code, _, err := adminReq(ps[i%3], "DELETE", "/v1/server/keys/"+created.ID, nil, nil); err != nil || code != 200 {
+			t.Fatalf("revoke on %s: %d %v", ps[i%3].id, code, err)
+		}
+		for _, p := range ps {
+			if code, _ := keyed(p, created.Key, "GET", "/v1/models", nil); code != 401 {
+				accepted++
+				t.Errorf("trial %d: revoked key got %d on %s right after the revoke on %s returned", i, code, p.id, ps[i%3].id)
+			}
+		}
+	}
+	t.Logf("revoked keys accepted after the revoke returned: %d of 300 checks (100 trials x 3 nodes)", accepted)
 	for body, param := range map[string]string{
 		`{"strategy":"fastest"}`:                                         "strategy",
 		`{"workers":{"auth-1":{"canary_percent":150}}}`:                  "workers.auth-1.canary_percent",
