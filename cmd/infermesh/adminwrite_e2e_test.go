@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -129,8 +130,11 @@ func TestAdminWritesVisibleWhenTheyReturn(t *testing.T) {
 		if code, _, err := adminReq(ps[i%3], "DELETE", "/v1/server/keys/"+created.ID, nil, nil); err != nil || code != 200 {
 			t.Fatalf("revoke on %s: %d %v", ps[i%3].id, code, err)
 		}
+		// Each trial checks from its own loopback address: three refused
+		// keys from one address are strikes toward its wrong-key block.
+		from := fmt.Sprintf("127.2.%d.%d", i/200, i%200+1)
 		for _, p := range ps {
-			if code, _ := keyed(p, created.Key, "GET", "/v1/models", nil); code != 401 {
+			if code := keyedFrom(t, from, p, created.Key); code != 401 {
 				accepted++
 				t.Errorf("trial %d: revoked key got %d on %s right after the revoke on %s returned", i, code, p.id, ps[i%3].id)
 			}
@@ -147,4 +151,20 @@ func TestAdminWritesVisibleWhenTheyReturn(t *testing.T) {
 			t.Errorf("policy %s: %d param %q (%v), want 400 naming %s", body, code, got, err, param)
 		}
 	}
+}
+
+// keyedFrom asks GET /v1/models on p with key from the local address from
+// and returns the status.
+func keyedFrom(t *testing.T, from string, p *proc, key string) int {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	req, _ := http.NewRequest("GET", p.url("/v1/models"), nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/models on %s from %s: %v", p.id, from, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
