@@ -70,6 +70,16 @@ type Config struct {
 	// Gate, when set, is entered by admitted chat, embeddings, images,
 	// audio and vision requests (and forwarded ones) until Ticket.Done.
 	Gate *Gate
+
+	// Plan reads the replicated plan settings; nil is Pro (no Free
+	// allowance).
+	Plan PlanSource
+	// FreeAllowanceKey is the ledger the daily Free allowance is leased
+	// from (default FreeAllowanceKeyID, which consensus reserves).
+	FreeAllowanceKey string
+	// ThirdPartyTools are the User-Agent products that class keyless
+	// callers as third-party (nil: DefaultThirdPartyTools()).
+	ThirdPartyTools []string
 }
 
 func (c Config) withDefaults() Config {
@@ -92,6 +102,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FlushEntries <= 0 {
 		c.FlushEntries = DefaultFlushEntries
+	}
+	if c.FreeAllowanceKey == "" {
+		c.FreeAllowanceKey = FreeAllowanceKeyID
 	}
 	if c.DefaultOutputTokens <= 0 {
 		c.DefaultOutputTokens = DefaultOutputTokens
@@ -129,9 +142,14 @@ type Request struct {
 	Counted bool
 	// Model is the model id, for prices and usage.
 	Model string
-	// Priority from the X-Service-Priority header (ParsePriority), or
-	// Background for batch jobs.
+	// Priority from the X-Service-Priority header (ParsePriority).
 	Priority Priority
+	// Batch marks work of a batch job (its submission, or a job's request
+	// forwarded to a peer): it runs as Background at most.
+	Batch bool
+	// UserAgent is the request's User-Agent, which classes keyless
+	// callers first- or third-party on the Free plan (Classify).
+	UserAgent string
 	// InputTokens estimates the prompt, for the budget estimate.
 	InputTokens int64
 	// MaxOutputTokens is the request's output cap; zero uses
@@ -175,6 +193,15 @@ func (p Priority) String() string {
 		return "maintenance"
 	}
 	return "interactive"
+}
+
+// effective is the priority the gate uses: Batch work is Background at
+// most.
+func (r Request) effective() Priority {
+	if r.Batch && r.Priority < Background {
+		return Background
+	}
+	return r.Priority
 }
 
 // ParsePriority reads an X-Service-Priority value. It can only lower a

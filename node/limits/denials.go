@@ -19,7 +19,71 @@ const (
 	CodeQuotaUnavailable = "quota_unavailable"
 	CodeOverloaded       = "server_overloaded"
 	CodeDraining         = "server_draining"
+
+	// Free plan refusals (429, or 403 for the local-only rule); Upgrade
+	// reports true for them.
+	CodeFreeDaily     = "free_plan_daily_limit_exceeded"
+	CodeFreeRate      = "free_plan_rate_limit_exceeded"
+	CodeFreeLocalOnly = "free_plan_local_only"
 )
+
+// Upgrade reports whether a paid plan would lift the refusal d: the
+// response then carries "X-Service-Upgrade: 1".
+func Upgrade(d *auth.Denial) bool {
+	if d == nil {
+		return false
+	}
+	switch d.Code {
+	case CodeFreeDaily, CodeFreeRate, CodeFreeLocalOnly:
+		return true
+	}
+	return false
+}
+
+func denyFreeRate(wait time.Duration) *auth.Denial {
+	s := auth.RetryAfterSeconds(wait)
+	return &auth.Denial{
+		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: CodeFreeRate, RetryAfter: s,
+		Message: fmt.Sprintf("This server is on the Free plan: third-party tools may make %d request a minute per client. Retry in %d s, or upgrade the server's plan.", FreeClientRPM, s),
+	}
+}
+
+func denyFreeDaily(now time.Time) *auth.Denial {
+	_, end := consensus.Period(consensus.LeaseDailyRequests, now)
+	s := auth.RetryAfterSeconds(end.Sub(now))
+	return &auth.Denial{
+		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: CodeFreeDaily, RetryAfter: s,
+		Message: fmt.Sprintf("This server is on the Free plan: third-party tools share %d requests a day and today's are used up; they reset at midnight UTC, in %d s. Upgrade the server's plan to lift the limit.", FreeDailyRequests, s),
+	}
+}
+
+func denyFreeLocalOnly() *auth.Denial {
+	return &auth.Denial{
+		Status: http.StatusForbidden, Type: auth.TypePermission, Code: CodeFreeLocalOnly,
+		Message: "This server is on the Free plan: requests without an API key are served to its own computer only. Use an API key, or upgrade the server's plan.",
+	}
+}
+
+// freeDenial turns a refusal of the Free allowance's ledger into the
+// Free plan's words.
+func freeDenial(d *auth.Denial, now time.Time) *auth.Denial {
+	switch d.Code {
+	case CodeDailyQuota:
+		return denyFreeDaily(now)
+	case CodeQuotaUnavailable:
+		out := *d
+		out.Message = "This node cannot extend its share of the Free plan's daily allowance: the cluster's leader could not be reached. Retry shortly, or on another node."
+		return &out
+	case auth.CodeInvalidAPIKey:
+		// The leader keeps no Free allowance ledger: a node of an older
+		// version leads. Refuse rather than count nothing.
+		return &auth.Denial{
+			Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeQuotaUnavailable, RetryAfter: DefaultUnavailableRetryFor,
+			Message: "The cluster's leader keeps no Free plan allowance yet (a node of an older version leads); retry shortly.",
+		}
+	}
+	return d
+}
 
 func denyKeyRate(keyID string, rpm int64, wait time.Duration) *auth.Denial {
 	s := auth.RetryAfterSeconds(wait)

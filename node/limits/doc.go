@@ -28,9 +28,22 @@
 // requests, one batch at a time, never one entry per request and never
 // content.
 //
-// A Gate is an in-flight cap with priorities: X-Service-Priority can only
-// lower a request to background or maintenance, and when every slot is
-// taken interactive work gets the next one. It refuses with 503 and a
-// Retry-After from the queue depth when the queue is full or the wait too
-// long, and reports saturation for gossip.
+// A Gate is the node's busy gate: an in-flight cap with priorities.
+// X-Service-Priority can only lower a request to background or
+// maintenance, and batch work runs as background (Request.Batch, and
+// Gate.Wait for batch-job chunks). Background and maintenance work never
+// take the slots reserved for interactive work; when every slot is taken,
+// interactive work gets the next one; when the queue is full, an arrival
+// sheds the newest waiter of a lower priority. It refuses with 503
+// server_overloaded and a Retry-After from the queue depth, reports
+// saturation for gossip, and counts waiting, admitted and shed requests
+// by priority.
+//
+// Plans: a server on the Free plan (replicated, read through PlanSource)
+// gives third-party callers (Classify: keys not of a first-party app,
+// keyless callers whose User-Agent names a known tool) FreeDailyRequests
+// requests a day across the mesh, leased from one reserved ledger like a
+// key's daily quota, and FreeClientRPM a minute per client; refusals are
+// 429 and Upgrade reports them, for X-Service-Upgrade: 1. First-party
+// callers are exempt; Pro has no allowance.
 package limits

@@ -75,8 +75,8 @@ func TestGateInteractiveFirst(t *testing.T) {
 	}
 }
 
-// TestGateRefusesWithRetryAfterFromQueueDepth: a full queue is refused at
-// once with Retry-After = queue rounds × average hold.
+// TestGateRefusesWithRetryAfterFromQueueDepth: a queue full of interactive
+// work refuses at once with Retry-After = queue rounds × average hold.
 func TestGateRefusesWithRetryAfterFromQueueDepth(t *testing.T) {
 	clk := consensustest.NewManualClock(noon)
 	g := NewGate(GateConfig{MaxInflight: 2, MaxQueue: 3}, nil, clk.Now)
@@ -92,7 +92,7 @@ func TestGateRefusesWithRetryAfterFromQueueDepth(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, d := g.Acquire(ctx, Background); d == nil || d.Status != 503 || d.Code != CodeOverloaded {
+			if _, d := g.Acquire(ctx, Interactive); d == nil || d.Status != 503 || d.Code != CodeOverloaded {
 				t.Errorf("cancelled waiter: %+v, want 503 %s", d, CodeOverloaded)
 			}
 		}()

@@ -26,6 +26,7 @@ type Limiter struct {
 
 	keyBuckets    *buckets
 	clientBuckets *buckets
+	freeBuckets   *buckets // the Free allowance's per-client minute
 
 	mu       sync.RWMutex
 	accounts map[acctKey]*account
@@ -65,6 +66,7 @@ func New(cfg Config, leaser Leaser, logger *slog.Logger, reg prometheus.Register
 		cfg: cfg, leaser: leaser, log: logger, clock: clock,
 		keyBuckets:    newBuckets(cfg.TrackedBuckets),
 		clientBuckets: newBuckets(cfg.TrackedBuckets),
+		freeBuckets:   newBuckets(cfg.TrackedBuckets),
 		accounts:      map[acctKey]*account{},
 	}
 	l.usage = newUsageBatcher(l)
@@ -87,7 +89,7 @@ type Ticket struct {
 	price  consensus.Price
 	priced bool
 
-	rpm [2]*rate.Reservation // client and key tokens taken
+	rpm [3]*rate.Reservation // client, key and Free-minute tokens taken
 
 	quota       *account
 	quotaPeriod string
@@ -95,6 +97,9 @@ type Ticket struct {
 	budget       *account
 	budgetPeriod string
 	estimate     int64
+
+	free       *account // the Free allowance's ledger
+	freePeriod string
 
 	release func()
 	done    atomic.Bool
@@ -145,6 +150,9 @@ func (t *Ticket) undo(now time.Time) {
 	if t.budget != nil {
 		t.budget.refund(t.budgetPeriod, t.estimate)
 	}
+	if t.free != nil {
+		t.free.refund(t.freePeriod, 1)
+	}
 	if t.release != nil {
 		t.release()
 	}
@@ -153,14 +161,20 @@ func (t *Ticket) undo(now time.Time) {
 var noop = &Ticket{}
 
 // Admit decides whether a request may run. Uncounted requests and public
-// callers pass at once and record nothing. The local operator is not
-// limited but its usage is recorded. Forwarded requests were admitted by
-// the node that forwarded them: they only enter the gate. For everyone
-// else, in order: client-address rate, key rate, daily quota (one request)
-// and monthly budget (the estimated cost, when the model has a price),
-// then the gate. A refusal gives back what earlier steps took and says
-// which limit refused and when to retry. Admit may wait for a lease
-// command or a gate slot, never longer than ctx allows.
+// callers pass at once and record nothing. Forwarded requests were
+// admitted by the node that forwarded them: they only enter the gate. The
+// local operator is limited by nothing but the Free plan (when its
+// User-Agent names a third-party tool) and the gate; its usage is
+// recorded. For everyone else, in order: client-address rate, key rate
+// (the key's own rpm, else Config.KeyRPM), the Free plan (Classify; a
+// third-party caller takes its client's minute and one request of the
+// mesh-wide daily allowance), daily quota (one request) and monthly budget
+// (the estimated cost, when the model has a price), then the gate at the
+// request's priority (Batch work at Background at most). A refusal gives
+// back what earlier steps took and says which limit refused and when to
+// retry; Upgrade tells whether it is one a paid plan would lift. Admit
+// may wait for a lease command or a gate slot, never longer than ctx
+// allows.
 func (l *Limiter) Admit(ctx context.Context, r Request) (*Ticket, *auth.Denial) {
 	c := r.Caller
 	if !r.Counted || c.Public {
@@ -181,14 +195,23 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (*Ticket, *auth.Denial) 
 	if l.cfg.Prices != nil && r.Model != "" {
 		t.price, t.priced = l.cfg.Prices.Price(r.Model)
 	}
-	if c.Local || c.KeyID == "" {
+	if c.Local {
+		if d := l.checkFree(ctx, r, now, t); d != nil {
+			t.undo(now)
+			return nil, l.refuse(d)
+		}
 		if d := l.enterGate(ctx, r, t); d != nil {
+			t.undo(now)
 			return nil, d
 		}
 		l.m.exempt.Inc()
 		return t, nil
 	}
 	if d := l.checkRates(r, now, t); d != nil {
+		return nil, l.refuse(d)
+	}
+	if d := l.checkFree(ctx, r, now, t); d != nil {
+		t.undo(now)
 		return nil, l.refuse(d)
 	}
 	if q := c.Limits.DailyQuota; q > 0 {
@@ -237,6 +260,9 @@ func (l *Limiter) checkRates(r Request, now time.Time, t *Ticket) *auth.Denial {
 		}
 		t.rpm[0] = res
 	}
+	if r.Caller.KeyID == "" {
+		return nil // keyless (the legacy API): the address is its only name
+	}
 	rpm := r.Caller.Limits.RPM
 	if rpm <= 0 {
 		rpm = l.cfg.KeyRPM
@@ -266,7 +292,7 @@ func (l *Limiter) enterGate(ctx context.Context, r Request, t *Ticket) *auth.Den
 	if l.cfg.Gate == nil || !gated(r.Class) {
 		return nil
 	}
-	release, d := l.cfg.Gate.Acquire(ctx, r.Priority)
+	release, d := l.cfg.Gate.Acquire(ctx, r.effective())
 	if d != nil {
 		return l.refuse(d)
 	}
