@@ -63,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return policyCmd(args[1:], stdout, stderr)
 	case "raft":
 		return raftCmd(args[1:], stdout, stderr)
+	case "audit":
+		return auditCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "infermesh", version)
 		return 0

@@ -1,0 +1,155 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// ContentType is the media type of an export.
+const ContentType = "application/jsonl"
+
+// Query is an export request: GET /v1/server/audit?since=...&local=1.
+type Query struct {
+	// Since keeps records at or after this time (zero: all).
+	Since time.Time
+	// Local asks for this node's records only; a node that merges its
+	// peers' records calls them with local=1.
+	Local bool
+}
+
+// ExportFunc writes the records an export request asks for to w as JSON
+// Lines: for one node, (*Log).ExportContext; for a mesh, the node's own
+// records followed by each peer's (asked with Query.Local), which Verify
+// accepts since every node's chain is checked on its own.
+type ExportFunc func(ctx context.Context, q Query, w io.Writer) error
+
+// ParseSince reads a since value: an RFC 3339 time, or a positive
+// duration (24h, 90m) meaning that long before now; "" means all records.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("since %q: want a positive duration", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-01-31T00:00:00Z) or a duration (24h)", s)
+	}
+	return t, nil
+}
+
+// ExportHandler serves GET ?since=<RFC 3339 or duration>&local=1 as a
+// JSON Lines stream (ContentType) from fn. The caller mounts it behind
+// admin authentication. A bad query is 400; a failure before the first
+// byte is 500; a failure mid-stream aborts the response, so the client
+// sees a broken transfer, never a silently short export.
+func ExportHandler(fn ExportFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "Use GET.")
+			return
+		}
+		q := r.URL.Query()
+		since, err := ParseSince(q.Get("since"), time.Now())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_value", "since", err.Error())
+			return
+		}
+		local := false
+		switch q.Get("local") {
+		case "", "0", "false":
+		case "1", "true":
+			local = true
+		default:
+			writeError(w, http.StatusBadRequest, "invalid_value", "local", "local: want 1 or 0")
+			return
+		}
+		w.Header().Set("Content-Type", ContentType)
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method == http.MethodHead {
+			return
+		}
+		sw := &startWriter{w: w}
+		if err := fn(r.Context(), Query{Since: since, Local: local}, sw); err != nil {
+			if !sw.started {
+				writeError(w, http.StatusInternalServerError, "internal_error", "", "audit export failed: "+err.Error())
+				return
+			}
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// startWriter notes whether anything was written.
+type startWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (s *startWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		s.started = true
+	}
+	return s.w.Write(p)
+}
+
+// KeysHandler serves the audit public keys of every node in MarshalKeys's
+// format (the file `infermesh audit verify --keys` reads).
+func KeysHandler(dir KeyDirectory) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "Use GET.")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method == http.MethodGet {
+			w.Write(MarshalKeys(dir.AuditKeys()))
+		}
+	}
+}
+
+// writeError writes the OpenAI-style error body the API uses everywhere.
+func writeError(w http.ResponseWriter, status int, code, param, msg string) {
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	body := map[string]any{"error": map[string]any{
+		"message": msg, "type": typ, "code": code, "param": nilIfEmpty(param),
+	}}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(body)
+	w.Write(append(b, '\n'))
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// ErrorMessage extracts the message of an error body, for clients.
+func ErrorMessage(b []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	return string(b)
+}
