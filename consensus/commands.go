@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"time"
@@ -148,6 +149,23 @@ func checkGovernance(g string, allowEmpty bool) error {
 	return fmt.Errorf("consensus: governance mode %q is not curated, federated or open", g)
 }
 
+func checkPlan(p string) error {
+	switch p {
+	case "", PlanFree, PlanPro:
+		return nil
+	}
+	return fmt.Errorf("consensus: plan %q is not free or pro", p)
+}
+
+func checkApps(apps []string) error {
+	for _, a := range apps {
+		if !validName(a) {
+			return fmt.Errorf("consensus: application name %q is not valid", a)
+		}
+	}
+	return nil
+}
+
 func checkStrategy(s string, allowEmpty bool) error {
 	if s == "" && allowEmpty || validName(s) {
 		return nil
@@ -190,6 +208,12 @@ func SetPolicy(p Policy, onlyIfUnset bool) (*Command, error) {
 	if err := checkGovernance(p.Governance, true); err != nil {
 		return nil, err
 	}
+	if err := checkPlan(p.Plan); err != nil {
+		return nil, err
+	}
+	if err := checkApps(p.FirstPartyApps); err != nil {
+		return nil, err
+	}
 	seenNodes, seenModels := map[string]bool{}, map[string]bool{}
 	for _, np := range p.Nodes {
 		if err := checkNodePolicy(np); err != nil {
@@ -214,8 +238,13 @@ func SetPolicy(p Policy, onlyIfUnset bool) (*Command, error) {
 
 // PolicyChange lists the pool-wide fields to change; nil fields stay.
 type PolicyChange struct {
-	Strategy   *string // routing strategy name
-	Governance *string // curated, federated or open
+	Strategy       *string   // routing strategy name
+	Governance     *string   // curated, federated or open
+	Plan           *string   // free or pro
+	FirstPartyApps *[]string // replaces the first-party applications
+	// PlanOnlyIfUnset applies Plan and FirstPartyApps only while the
+	// policy has no plan (a node seeding them from its flags).
+	PlanOnlyIfUnset bool
 }
 
 // UpdatePolicy builds a command changing pool-wide policy fields.
@@ -230,7 +259,19 @@ func UpdatePolicy(c PolicyChange) (*Command, error) {
 			return nil, err
 		}
 	}
-	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_UPDATE, &pb.PolicyUpdate{Strategy: c.Strategy, Governance: c.Governance})
+	u := &pb.PolicyUpdate{Strategy: c.Strategy, Governance: c.Governance, Plan: c.Plan, PlanOnlyIfUnset: c.PlanOnlyIfUnset}
+	if c.Plan != nil {
+		if err := checkPlan(*c.Plan); err != nil {
+			return nil, err
+		}
+	}
+	if c.FirstPartyApps != nil {
+		if err := checkApps(*c.FirstPartyApps); err != nil {
+			return nil, err
+		}
+		u.FirstPartyApps, u.SetFirstPartyApps = *c.FirstPartyApps, true
+	}
+	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_UPDATE, u)
 }
 
 // SetNodePolicy builds a command setting one node's routing settings.
@@ -329,13 +370,31 @@ func RecordUsage(nodeID string, seq uint64, entries []UsageEntry) (*Command, err
 	}
 	b := &pb.UsageBatch{NodeId: nodeID, Seq: seq}
 	for _, e := range entries {
-		if e.Requests < 0 || e.InputTokens < 0 || e.OutputTokens < 0 || e.CostMicros < 0 || e.Errors < 0 {
-			return nil, errors.New("consensus: usage counts cannot be negative")
+		if e.Requests < 0 || e.InputTokens < 0 || e.OutputTokens < 0 || e.CostMicros < 0 || e.Errors < 0 || e.Day < 0 {
+			return nil, errors.New("consensus: usage counts and days cannot be negative")
 		}
 		b.Entries = append(b.Entries, &pb.UsageEntry{
-			App: e.App, Model: e.Model, KeyId: e.KeyID, Worker: e.Worker, Requests: e.Requests,
+			App: e.App, Model: e.Model, KeyId: e.KeyID, Worker: e.Worker, Day: e.Day, Requests: e.Requests,
 			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, CostMicros: e.CostMicros, Errors: e.Errors,
 		})
 	}
 	return newCommand(pb.CommandType_COMMAND_TYPE_USAGE_BATCH, b)
+}
+
+// SetAuditKey builds a command recording the ed25519 public key that signs
+// nodeID's audit records (replacing an earlier one).
+func SetAuditKey(nodeID string, pub ed25519.PublicKey) (*Command, error) {
+	if nodeID == "" {
+		return nil, errors.New("consensus: node id is required")
+	}
+	if len(pub) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("consensus: an audit key is %d bytes, not %d", ed25519.PublicKeySize, len(pub))
+	}
+	cmd, err := newCommand(pb.CommandType_COMMAND_TYPE_AUDIT_KEY_SET, &pb.AuditKeySet{Key: &pb.AuditKey{NodeId: nodeID, PublicKey: pub}})
+	if cmd != nil {
+		// Replicas that predate audit keys skip it rather than stop: they
+		// verify nothing with it.
+		cmd.Ignorable = true
+	}
+	return cmd, err
 }

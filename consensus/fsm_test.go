@@ -215,6 +215,26 @@ func TestUsage(t *testing.T) {
 	}; !slices.Equal(got, want) {
 		t.Errorf("usage by worker after a forwarded batch = %+v, want %+v", got, want)
 	}
+	// Daily totals: a range selects the days it covers.
+	m.ok(must(RecordUsage("n2", 2, []UsageEntry{
+		{App: "a", Model: "m2", KeyID: "k1", Day: 20000, Requests: 1, OutputTokens: 4},
+		{App: "a", Model: "m2", KeyID: "k1", Day: 20001, Requests: 2, OutputTokens: 6},
+	})), t0)
+	for r, want := range map[DayRange][]UsageRow{
+		{From: 20000, To: 20000}: {{Group: "m2", Counters: Counters{Requests: 1, OutputTokens: 4}}},
+		{From: 20001}:            {{Group: "m2", Counters: Counters{Requests: 2, OutputTokens: 6}}},
+		{From: 19000, To: 19999}: {},
+	} {
+		if got := m.view().UsageIn(ByModel, r); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Errorf("usage by model in %+v = %+v, want %+v", r, got, want)
+		}
+	}
+	if code := m.apply(must(RecordUsage("n2", 3, nil)), t0).GetRejectionCode(); code != "" {
+		t.Fatalf("empty batch refused: %q", code)
+	}
+	if _, err := RecordUsage("n2", 4, []UsageEntry{{Day: -1, Requests: 1}}); err == nil {
+		t.Fatal("a negative day was accepted")
+	}
 	if d, err := ParseUsageDimension("node"); err != nil || d != ByNode {
 		t.Fatalf("ParseUsageDimension(node) = %q, %v", d, err)
 	}
@@ -401,4 +421,63 @@ func TestRestoreRefusesBadSnapshotAndKeepsState(t *testing.T) {
 			t.Fatalf("%s: a failed restore changed the state", name)
 		}
 	}
+}
+
+func TestPlanFreeAllowanceAndAuditKeys(t *testing.T) {
+	m := newMachine(t)
+	acquire := func(node string, want int64) *pb.LeaseGrant {
+		t.Helper()
+		res := m.apply(must(AcquireLease(LeaseRequest{NodeID: node, KeyID: FreeAllowanceKeyID, Kind: LeaseDailyRequests, Want: want})), t0)
+		if res.GetRejectionCode() != "" {
+			t.Fatalf("acquire: %s", res.GetRejectionCode())
+		}
+		return res.GetLease()
+	}
+	// Pro (unset): the allowance is unlimited.
+	if g := acquire("n1", 3); !g.GetUnlimited() {
+		t.Fatalf("pro plan: %+v, want unlimited", g)
+	}
+	free, apps := PlanFree, []string{"chat-app"}
+	m.ok(must(UpdatePolicy(PolicyChange{Plan: &free, FirstPartyApps: &apps})), t0)
+	if p := m.view().Policy(); p.Plan != PlanFree || !slices.Equal(p.FirstPartyApps, apps) {
+		t.Fatalf("policy after update: %+v", p)
+	}
+	// Seeding from flags does not override an operator's plan.
+	pro := PlanPro
+	m.ok(must(UpdatePolicy(PolicyChange{Plan: &pro, PlanOnlyIfUnset: true})), t0)
+	if p := m.view().Policy(); p.Plan != PlanFree {
+		t.Fatalf("seeding replaced the plan: %q", p.Plan)
+	}
+	// Free: ten requests a day across the nodes.
+	if g := acquire("n1", 6); g.GetGranted() != 6 || g.GetUnlimited() {
+		t.Fatalf("free n1: %+v", g)
+	}
+	if g := acquire("n2", 6); g.GetGranted() != FreeDailyRequests-6 {
+		t.Fatalf("free n2: %+v, want %d granted", g, FreeDailyRequests-6)
+	}
+	if _, err := UpdatePolicy(PolicyChange{Plan: new("gold")}); err == nil {
+		t.Fatal("unknown plan accepted")
+	}
+	if _, err := SetPolicy(Policy{FirstPartyApps: []string{"Bad App"}}, false); err == nil {
+		t.Fatal("bad application name accepted")
+	}
+	if code := m.apply(must(CreateKey(KeySpec{ID: "plan:free", Hash: HashKey("sk-plan"), Name: "x"})), t0).GetRejectionCode(); code != codeInvalid {
+		t.Fatalf("key id plan:free: %q, want invalid", code)
+	}
+	// Audit keys replicate and survive a snapshot.
+	pub := make([]byte, 32)
+	pub[0] = 7
+	m.ok(must(SetAuditKey("n1", pub)), t0)
+	if _, err := SetAuditKey("n1", pub[:31]); err == nil {
+		t.Fatal("short audit key accepted")
+	}
+	if k := m.view().AuditKeys(); len(k) != 1 || k["n1"][0] != 7 {
+		t.Fatalf("audit keys: %v", k)
+	}
+	m.f.read(func(st *state) {
+		s, err := stateFromProto(st.toProto())
+		if err != nil || s.digest() != st.digest() {
+			t.Fatalf("snapshot round trip: %v", err)
+		}
+	})
 }

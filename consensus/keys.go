@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"time"
 
 	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
@@ -86,6 +87,9 @@ func (t *keysTable) create(now time.Time, c *pb.KeyCreate) *pb.ApplyResult {
 	id := c.GetId()
 	if id == "" {
 		id = keyIDFromHash(h)
+	}
+	if strings.HasPrefix(id, "plan:") {
+		return reject(codeInvalid, "key ids starting with plan: are reserved")
 	}
 	if c.GetName() == "" {
 		return reject(codeInvalid, "key name is required")

@@ -193,7 +193,31 @@ func (t *leaseTable) prune(keyID string, kind LeaseKind, now time.Time) {
 
 func (t *leaseTable) dropKey(keyID string) { delete(t.byKey, keyID) }
 
-func (t *leaseTable) acquire(now time.Time, a *pb.LeaseAcquire, keys *keysTable) *pb.ApplyResult {
+// ledgerLimit is the limit of keyID's ledger of kind: the key's own, or
+// for the reserved FreeAllowanceKeyID the Free plan's daily allowance
+// (zero, unlimited, on Pro). It answers a rejection for an unknown or
+// inactive key.
+func ledgerLimit(now time.Time, keyID string, kind pb.LeaseKind, keys *keysTable, pol *policyTable) (int64, *pb.ApplyResult) {
+	if keyID == FreeAllowanceKeyID {
+		if kind != pb.LeaseKind_LEASE_KIND_DAILY_REQUESTS {
+			return 0, reject(codeInvalid, "the %s ledger counts daily requests only", FreeAllowanceKeyID)
+		}
+		if pol.plan == PlanFree {
+			return FreeDailyRequests, nil
+		}
+		return 0, nil
+	}
+	k := keys.byID[keyID]
+	if k == nil {
+		return 0, reject(codeNotFound, "no key %q", keyID)
+	}
+	if !k.Active(now) {
+		return 0, reject(codeInactive, "key %q is revoked or expired", k.ID)
+	}
+	return kindLimit(k, kind), nil
+}
+
+func (t *leaseTable) acquire(now time.Time, a *pb.LeaseAcquire, keys *keysTable, pol *policyTable) *pb.ApplyResult {
 	switch {
 	case a.GetNodeId() == "" || a.GetKeyId() == "":
 		return reject(codeInvalid, "node id and key id are required")
@@ -202,25 +226,22 @@ func (t *leaseTable) acquire(now time.Time, a *pb.LeaseAcquire, keys *keysTable)
 	case a.GetWant() < 0 || a.GetConsumed() < 0 || a.GetTtlMs() < 0:
 		return reject(codeInvalid, "want, consumed and ttl cannot be negative")
 	}
-	k := keys.byID[a.GetKeyId()]
-	if k == nil {
-		return reject(codeNotFound, "no key %q", a.GetKeyId())
-	}
-	if !k.Active(now) {
-		return reject(codeInactive, "key %q is revoked or expired", k.ID)
-	}
 	kind := a.GetKind()
+	limit, rej := ledgerLimit(now, a.GetKeyId(), kind, keys, pol)
+	if rej != nil {
+		return rej
+	}
+	keyID := a.GetKeyId()
 	period, end := Period(kind, now)
-	limit := kindLimit(k, kind)
-	t.prune(k.ID, kind, now)
+	t.prune(keyID, kind, now)
 	if limit == 0 {
 		return &pb.ApplyResult{Lease: &pb.LeaseGrant{
-			KeyId: k.ID, Kind: kind, Period: period, Granted: a.GetWant(), Held: a.GetWant(),
+			KeyId: keyID, Kind: kind, Period: period, Granted: a.GetWant(), Held: a.GetWant(),
 			ExpiresUnixNano: end.UnixNano(), Unlimited: true,
 		}}
 	}
 	pk := periodKey{kind, period}
-	r := t.record(k.ID, pk, true)
+	r := t.record(keyID, pk, true)
 	nowN := now.UnixNano()
 	r.sweep(nowN)
 	r.consume(a.GetNodeId(), a.GetConsumed())
@@ -240,13 +261,13 @@ func (t *leaseTable) acquire(now time.Time, a *pb.LeaseAcquire, keys *keysTable)
 		}
 		h.expires = min(now.Add(ttl).UnixNano(), end.UnixNano())
 	}
-	g := grantOf(k.ID, pk, r, a.GetNodeId(), limit)
+	g := grantOf(keyID, pk, r, a.GetNodeId(), limit)
 	g.Granted = granted
-	t.tidy(k.ID, pk)
+	t.tidy(keyID, pk)
 	return &pb.ApplyResult{Lease: g}
 }
 
-func (t *leaseTable) settle(now time.Time, s *pb.LeaseSettle, keys *keysTable) *pb.ApplyResult {
+func (t *leaseTable) settle(now time.Time, s *pb.LeaseSettle, keys *keysTable, pol *policyTable) *pb.ApplyResult {
 	node := s.GetNodeId()
 	if node == "" {
 		return reject(codeInvalid, "node id is required")
@@ -266,7 +287,9 @@ func (t *leaseTable) settle(now time.Time, s *pb.LeaseSettle, keys *keysTable) *
 	for _, st := range s.GetSettlements() {
 		pk := periodKey{st.GetKind(), st.GetPeriod()}
 		var limit int64
-		if k := keys.byID[st.GetKeyId()]; k != nil {
+		if st.GetKeyId() == FreeAllowanceKeyID {
+			limit, _ = ledgerLimit(now, st.GetKeyId(), pk.kind, keys, pol)
+		} else if k := keys.byID[st.GetKeyId()]; k != nil {
 			limit = kindLimit(k, pk.kind)
 		}
 		r := t.record(st.GetKeyId(), pk, false)

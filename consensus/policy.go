@@ -15,6 +15,22 @@ const (
 	GovernanceOpen      = "open"
 )
 
+// Server plans (spec Limits): on Free, third-party callers share a small
+// daily allowance; Pro has none. An unset plan is Pro.
+const (
+	PlanFree = "free"
+	PlanPro  = "pro"
+)
+
+// FreeAllowanceKeyID names the reserved lease ledger of the Free plan's
+// mesh-wide daily allowance of third-party requests; no API key may take
+// an id starting with "plan:".
+const FreeAllowanceKeyID = "plan:free"
+
+// FreeDailyRequests is the Free plan's daily allowance of third-party
+// requests across the mesh.
+const FreeDailyRequests = 10
+
 // Defaults a View reports while the policy leaves a field unset.
 const (
 	DefaultStrategy   = "round-robin"
@@ -71,6 +87,11 @@ type Policy struct {
 	Governance string        // curated, federated or open
 	Nodes      []NodePolicy  // sorted by NodeID
 	Models     []ModelPolicy // sorted by Model
+	// Plan is free or pro; empty means pro.
+	Plan string
+	// FirstPartyApps lists the applications whose keys are first-party,
+	// sorted.
+	FirstPartyApps []string
 	// Revision is the raft index of the last change; zero when never set.
 	Revision uint64
 }
@@ -78,6 +99,8 @@ type Policy struct {
 type policyTable struct {
 	strategy   string
 	governance string
+	plan       string
+	firstParty []string
 	nodes      map[string]NodePolicy
 	models     map[string]ModelPolicy
 	revision   uint64
@@ -106,6 +129,14 @@ func (t *policyTable) update(index uint64, u *pb.PolicyUpdate) *pb.ApplyResult {
 	}
 	if u.Governance != nil {
 		t.governance = u.GetGovernance()
+	}
+	if !u.GetPlanOnlyIfUnset() || t.plan == "" {
+		if u.Plan != nil {
+			t.plan = u.GetPlan()
+		}
+		if u.GetSetFirstPartyApps() {
+			t.firstParty = normalizeList(u.GetFirstPartyApps())
+		}
 	}
 	t.revision = index
 	return &pb.ApplyResult{Policy: t.toProto()}
@@ -151,6 +182,8 @@ func (t *policyTable) setModel(index uint64, s *pb.PolicyModelSet) *pb.ApplyResu
 func (t *policyTable) load(p *pb.Policy) string {
 	t.strategy = p.GetStrategy()
 	t.governance = p.GetGovernance()
+	t.plan = p.GetPlan()
+	t.firstParty = normalizeList(p.GetFirstPartyApps())
 	t.revision = p.GetRevision()
 	for _, n := range p.GetNodes() {
 		np := nodePolicyFromProto(n)
@@ -199,7 +232,7 @@ func validModelPolicy(mp ModelPolicy) string {
 }
 
 func (t *policyTable) view() Policy {
-	p := Policy{Strategy: t.strategy, Governance: t.governance, Revision: t.revision}
+	p := Policy{Strategy: t.strategy, Governance: t.governance, Plan: t.plan, FirstPartyApps: slices.Clone(t.firstParty), Revision: t.revision}
 	for _, id := range slices.Sorted(maps.Keys(t.nodes)) {
 		p.Nodes = append(p.Nodes, t.nodes[id])
 	}
@@ -212,7 +245,7 @@ func (t *policyTable) view() Policy {
 func (t *policyTable) toProto() *pb.Policy { return policyToProto(t.view()) }
 
 func policyToProto(p Policy) *pb.Policy {
-	out := &pb.Policy{Strategy: p.Strategy, Governance: p.Governance, Revision: p.Revision}
+	out := &pb.Policy{Strategy: p.Strategy, Governance: p.Governance, Plan: p.Plan, FirstPartyApps: normalizeList(p.FirstPartyApps), Revision: p.Revision}
 	for _, n := range p.Nodes {
 		out.Nodes = append(out.Nodes, &pb.NodePolicy{
 			NodeId: n.NodeID, Weight: n.Weight, Canary: n.Canary,
@@ -226,7 +259,7 @@ func policyToProto(p Policy) *pb.Policy {
 }
 
 func policyFromProto(p *pb.Policy) Policy {
-	out := Policy{Strategy: p.GetStrategy(), Governance: p.GetGovernance(), Revision: p.GetRevision()}
+	out := Policy{Strategy: p.GetStrategy(), Governance: p.GetGovernance(), Plan: p.GetPlan(), FirstPartyApps: p.GetFirstPartyApps(), Revision: p.GetRevision()}
 	for _, n := range p.GetNodes() {
 		out.Nodes = append(out.Nodes, nodePolicyFromProto(n))
 	}

@@ -17,14 +17,15 @@ import (
 // state is the replicated state: one table per concern. It is only touched
 // by the state machine under its lock.
 type state struct {
-	keys   keysTable
-	policy policyTable
-	leases leaseTable
-	usage  usageTable
+	keys      keysTable
+	policy    policyTable
+	leases    leaseTable
+	usage     usageTable
+	auditKeys auditKeyTable
 }
 
 func newState() *state {
-	return &state{keys: newKeysTable(), policy: newPolicyTable(), leases: newLeaseTable(), usage: newUsageTable()}
+	return &state{keys: newKeysTable(), policy: newPolicyTable(), leases: newLeaseTable(), usage: newUsageTable(), auditKeys: auditKeyTable{}}
 }
 
 // errUnknownCommand marks a command type this version does not know.
@@ -62,11 +63,13 @@ func (s *state) apply(index uint64, cmd *pb.Command) (*pb.ApplyResult, error) {
 	case *pb.PolicyModelSet:
 		res = s.policy.setModel(index, p)
 	case *pb.LeaseAcquire:
-		res = s.leases.acquire(now, p, &s.keys)
+		res = s.leases.acquire(now, p, &s.keys, &s.policy)
 	case *pb.LeaseSettle:
-		res = s.leases.settle(now, p, &s.keys)
+		res = s.leases.settle(now, p, &s.keys, &s.policy)
 	case *pb.UsageBatch:
 		res = s.usage.apply(p)
+	case *pb.AuditKeySet:
+		res = s.auditKeys.set(p)
 	}
 	res.Index = index
 	return res, nil
@@ -96,6 +99,8 @@ func payloadFor(t pb.CommandType) proto.Message {
 		return &pb.LeaseSettle{}
 	case pb.CommandType_COMMAND_TYPE_USAGE_BATCH:
 		return &pb.UsageBatch{}
+	case pb.CommandType_COMMAND_TYPE_AUDIT_KEY_SET:
+		return &pb.AuditKeySet{}
 	}
 	return nil
 }
@@ -107,6 +112,7 @@ func (s *state) toProto() *pb.State {
 		out.Keys = append(out.Keys, keyToProto(k))
 	}
 	out.Usage, out.UsageCursors = s.usage.toProto()
+	out.AuditKeys = s.auditKeys.toProto()
 	return out
 }
 
@@ -123,6 +129,9 @@ func stateFromProto(p *pb.State) (*state, error) {
 		return nil, err
 	}
 	if err := s.usage.load(p.GetUsage(), p.GetUsageCursors()); err != nil {
+		return nil, err
+	}
+	if err := s.auditKeys.load(p.GetAuditKeys()); err != nil {
 		return nil, err
 	}
 	return s, nil

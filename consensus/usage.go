@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
 )
@@ -16,6 +17,7 @@ type UsageEntry struct {
 	Model        string // model id
 	KeyID        string // key id; empty for keyless loopback callers
 	Worker       string // node that served; empty means the reporting node
+	Day          int32  // UTC day the requests finished (days since 1970-01-01)
 	Requests     int64  // counted requests
 	InputTokens  int64  // input tokens
 	OutputTokens int64  // output tokens
@@ -23,10 +25,24 @@ type UsageEntry struct {
 	Errors       int64  // requests that failed
 }
 
-// UsageTotal is the running total of one app, model, key and node.
+// UsageTotal is the running total of one app, model, key and node on one
+// UTC day.
 type UsageTotal struct {
 	App, Model, KeyID, NodeID string // the group
+	Day                       int32  // days since 1970-01-01; 0 before daily totals
 	Counters
+}
+
+// DayOf is the UTC day of t in days since 1970-01-01, as usage totals
+// count it.
+func DayOf(t time.Time) int32 { return int32(t.UTC().Unix() / 86400) }
+
+// DayRange selects usage totals by UTC day, both ends included; a zero
+// end is open.
+type DayRange struct{ From, To int32 }
+
+func (r DayRange) has(d int32) bool {
+	return (r.From == 0 || d >= r.From) && (r.To == 0 || d <= r.To)
 }
 
 // Counters are the summed usage figures.
@@ -80,11 +96,12 @@ type UsageRow struct {
 
 type usageKey struct {
 	app, model, keyID, node string
+	day                     int32
 }
 
 func compareUsageKeys(a, b usageKey) int {
 	return cmp.Or(cmp.Compare(a.app, b.app), cmp.Compare(a.model, b.model),
-		cmp.Compare(a.keyID, b.keyID), cmp.Compare(a.node, b.node))
+		cmp.Compare(a.keyID, b.keyID), cmp.Compare(a.node, b.node), cmp.Compare(a.day, b.day))
 }
 
 type usageTable struct {
@@ -103,8 +120,8 @@ func (t *usageTable) apply(b *pb.UsageBatch) *pb.ApplyResult {
 	}
 	for _, e := range b.GetEntries() {
 		if e.GetRequests() < 0 || e.GetInputTokens() < 0 || e.GetOutputTokens() < 0 ||
-			e.GetCostMicros() < 0 || e.GetErrors() < 0 {
-			return reject(codeInvalid, "usage counts cannot be negative")
+			e.GetCostMicros() < 0 || e.GetErrors() < 0 || e.GetDay() < 0 {
+			return reject(codeInvalid, "usage counts and days cannot be negative")
 		}
 	}
 	if seq := b.GetSeq(); seq != 0 {
@@ -118,7 +135,7 @@ func (t *usageTable) apply(b *pb.UsageBatch) *pb.ApplyResult {
 		if worker == "" {
 			worker = node
 		}
-		k := usageKey{app: e.GetApp(), model: e.GetModel(), keyID: e.GetKeyId(), node: worker}
+		k := usageKey{app: e.GetApp(), model: e.GetModel(), keyID: e.GetKeyId(), node: worker, day: e.GetDay()}
 		c := t.totals[k]
 		if c == nil {
 			c = &Counters{}
@@ -140,15 +157,19 @@ func (t *usageTable) rows() []UsageTotal {
 	keys := t.sortedKeys()
 	out := make([]UsageTotal, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, UsageTotal{App: k.app, Model: k.model, KeyID: k.keyID, NodeID: k.node, Counters: *t.totals[k]})
+		out = append(out, UsageTotal{App: k.app, Model: k.model, KeyID: k.keyID, NodeID: k.node, Day: k.day, Counters: *t.totals[k]})
 	}
 	return out
 }
 
-// group sums the totals by one dimension, sorted by group.
-func (t *usageTable) group(by UsageDimension) []UsageRow {
+// group sums the totals of the days in r by one dimension, sorted by
+// group.
+func (t *usageTable) group(by UsageDimension, r DayRange) []UsageRow {
 	sums := map[string]*Counters{}
 	for k, c := range t.totals {
+		if !r.has(k.day) {
+			continue
+		}
 		var g string
 		switch by {
 		case ByApp:
@@ -179,7 +200,7 @@ func (t *usageTable) toProto() ([]*pb.UsageTotal, []*pb.UsageCursor) {
 	for _, k := range t.sortedKeys() {
 		c := t.totals[k]
 		totals = append(totals, &pb.UsageTotal{
-			App: k.app, Model: k.model, KeyId: k.keyID, NodeId: k.node,
+			App: k.app, Model: k.model, KeyId: k.keyID, NodeId: k.node, Day: k.day,
 			Requests: c.Requests, InputTokens: c.InputTokens, OutputTokens: c.OutputTokens,
 			CostMicros: c.CostMicros, Errors: c.Errors,
 		})
@@ -193,7 +214,7 @@ func (t *usageTable) toProto() ([]*pb.UsageTotal, []*pb.UsageCursor) {
 
 func (t *usageTable) load(totals []*pb.UsageTotal, cursors []*pb.UsageCursor) error {
 	for _, u := range totals {
-		k := usageKey{app: u.GetApp(), model: u.GetModel(), keyID: u.GetKeyId(), node: u.GetNodeId()}
+		k := usageKey{app: u.GetApp(), model: u.GetModel(), keyID: u.GetKeyId(), node: u.GetNodeId(), day: u.GetDay()}
 		if _, dup := t.totals[k]; dup {
 			return errorf("snapshot: duplicate usage total %v", k)
 		}

@@ -127,9 +127,13 @@ func (v View) Holdings(nodeID string) []LeaseGrant {
 }
 
 // Usage sums usage totals by one dimension, sorted by group.
-func (v View) Usage(by UsageDimension) []UsageRow {
+func (v View) Usage(by UsageDimension) []UsageRow { return v.UsageIn(by, DayRange{}) }
+
+// UsageIn sums the usage totals of the UTC days in r by one dimension,
+// sorted by group.
+func (v View) UsageIn(by UsageDimension, r DayRange) []UsageRow {
 	var out []UsageRow
-	v.f.read(func(s *state) { out = s.usage.group(by) })
+	v.f.read(func(s *state) { out = s.usage.group(by, r) })
 	return out
 }
 

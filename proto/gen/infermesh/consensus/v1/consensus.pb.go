@@ -52,6 +52,8 @@ const (
 	CommandType_COMMAND_TYPE_LEASE_SETTLE CommandType = 21
 	// Payload UsageBatch.
 	CommandType_COMMAND_TYPE_USAGE_BATCH CommandType = 30
+	// Payload AuditKeySet.
+	CommandType_COMMAND_TYPE_AUDIT_KEY_SET CommandType = 40
 )
 
 // Enum value maps for CommandType.
@@ -68,6 +70,7 @@ var (
 		20: "COMMAND_TYPE_LEASE_ACQUIRE",
 		21: "COMMAND_TYPE_LEASE_SETTLE",
 		30: "COMMAND_TYPE_USAGE_BATCH",
+		40: "COMMAND_TYPE_AUDIT_KEY_SET",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":      0,
@@ -81,6 +84,7 @@ var (
 		"COMMAND_TYPE_LEASE_ACQUIRE":    20,
 		"COMMAND_TYPE_LEASE_SETTLE":     21,
 		"COMMAND_TYPE_USAGE_BATCH":      30,
+		"COMMAND_TYPE_AUDIT_KEY_SET":    40,
 	}
 )
 
@@ -957,9 +961,13 @@ type Policy struct {
 	// Per-model settings, sorted by model.
 	Models []*ModelPolicy `protobuf:"bytes,4,rep,name=models,proto3" json:"models,omitempty"`
 	// Raft index of the last policy change; zero when never set.
-	Revision      uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Server plan: free or pro; empty means pro.
+	Plan string `protobuf:"bytes,6,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Applications whose keys are first-party, sorted.
+	FirstPartyApps []string `protobuf:"bytes,7,rep,name=first_party_apps,json=firstPartyApps,proto3" json:"first_party_apps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
@@ -1027,6 +1035,20 @@ func (x *Policy) GetRevision() uint64 {
 	return 0
 }
 
+func (x *Policy) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *Policy) GetFirstPartyApps() []string {
+	if x != nil {
+		return x.FirstPartyApps
+	}
+	return nil
+}
+
 // PolicySet replaces the whole policy.
 type PolicySet struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1088,9 +1110,18 @@ type PolicyUpdate struct {
 	// New routing strategy.
 	Strategy *string `protobuf:"bytes,1,opt,name=strategy,proto3,oneof" json:"strategy,omitempty"`
 	// New governance mode.
-	Governance    *string `protobuf:"bytes,2,opt,name=governance,proto3,oneof" json:"governance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Governance *string `protobuf:"bytes,2,opt,name=governance,proto3,oneof" json:"governance,omitempty"`
+	// New server plan.
+	Plan *string `protobuf:"bytes,3,opt,name=plan,proto3,oneof" json:"plan,omitempty"`
+	// New first-party applications, when set_first_party_apps.
+	FirstPartyApps []string `protobuf:"bytes,4,rep,name=first_party_apps,json=firstPartyApps,proto3" json:"first_party_apps,omitempty"`
+	// Replace the first-party applications with first_party_apps.
+	SetFirstPartyApps bool `protobuf:"varint,5,opt,name=set_first_party_apps,json=setFirstPartyApps,proto3" json:"set_first_party_apps,omitempty"`
+	// Apply plan and first-party applications only while the policy has no
+	// plan (seeding from a node's flags).
+	PlanOnlyIfUnset bool `protobuf:"varint,6,opt,name=plan_only_if_unset,json=planOnlyIfUnset,proto3" json:"plan_only_if_unset,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PolicyUpdate) Reset() {
@@ -1135,6 +1166,34 @@ func (x *PolicyUpdate) GetGovernance() string {
 		return *x.Governance
 	}
 	return ""
+}
+
+func (x *PolicyUpdate) GetPlan() string {
+	if x != nil && x.Plan != nil {
+		return *x.Plan
+	}
+	return ""
+}
+
+func (x *PolicyUpdate) GetFirstPartyApps() []string {
+	if x != nil {
+		return x.FirstPartyApps
+	}
+	return nil
+}
+
+func (x *PolicyUpdate) GetSetFirstPartyApps() bool {
+	if x != nil {
+		return x.SetFirstPartyApps
+	}
+	return false
+}
+
+func (x *PolicyUpdate) GetPlanOnlyIfUnset() bool {
+	if x != nil {
+		return x.PlanOnlyIfUnset
+	}
+	return false
 }
 
 // PolicyNodeSet sets or removes one node's settings.
@@ -1617,7 +1676,10 @@ type UsageEntry struct {
 	Errors int64 `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
 	// Node that served the requests when it is not the reporting node (a
 	// request the reporter admitted and forwarded); empty means node_id.
-	Worker        string `protobuf:"bytes,9,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker string `protobuf:"bytes,9,opt,name=worker,proto3" json:"worker,omitempty"`
+	// UTC day the requests finished, in days since 1970-01-01; 0 for
+	// batches from nodes that predate daily totals.
+	Day           int32 `protobuf:"varint,10,opt,name=day,proto3" json:"day,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1713,6 +1775,13 @@ func (x *UsageEntry) GetWorker() string {
 		return x.Worker
 	}
 	return ""
+}
+
+func (x *UsageEntry) GetDay() int32 {
+	if x != nil {
+		return x.Day
+	}
+	return 0
 }
 
 // UsageBatch adds one node's usage since its previous batch.
@@ -2202,7 +2271,9 @@ type UsageTotal struct {
 	// Estimated cost in micro-units.
 	CostMicros int64 `protobuf:"varint,8,opt,name=cost_micros,json=costMicros,proto3" json:"cost_micros,omitempty"`
 	// Errors.
-	Errors        int64 `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
+	Errors int64 `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
+	// UTC day, in days since 1970-01-01 (0: before daily totals).
+	Day           int32 `protobuf:"varint,10,opt,name=day,proto3" json:"day,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2300,6 +2371,13 @@ func (x *UsageTotal) GetErrors() int64 {
 	return 0
 }
 
+func (x *UsageTotal) GetDay() int32 {
+	if x != nil {
+		return x.Day
+	}
+	return 0
+}
+
 // UsageCursor is the last applied usage batch sequence of one node.
 type UsageCursor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2368,7 +2446,9 @@ type State struct {
 	// Usage totals sorted by app, model, key id and node id.
 	Usage []*UsageTotal `protobuf:"bytes,4,rep,name=usage,proto3" json:"usage,omitempty"`
 	// Usage cursors sorted by node id.
-	UsageCursors  []*UsageCursor `protobuf:"bytes,5,rep,name=usage_cursors,json=usageCursors,proto3" json:"usage_cursors,omitempty"`
+	UsageCursors []*UsageCursor `protobuf:"bytes,5,rep,name=usage_cursors,json=usageCursors,proto3" json:"usage_cursors,omitempty"`
+	// Audit public keys sorted by node id.
+	AuditKeys     []*AuditKey `protobuf:"bytes,6,rep,name=audit_keys,json=auditKeys,proto3" json:"audit_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2438,6 +2518,114 @@ func (x *State) GetUsageCursors() []*UsageCursor {
 	return nil
 }
 
+func (x *State) GetAuditKeys() []*AuditKey {
+	if x != nil {
+		return x.AuditKeys
+	}
+	return nil
+}
+
+// AuditKey is the ed25519 public key that signs one node's audit records.
+type AuditKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Node id.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Raw 32-byte ed25519 public key.
+	PublicKey     []byte `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditKey) Reset() {
+	*x = AuditKey{}
+	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditKey) ProtoMessage() {}
+
+func (x *AuditKey) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditKey.ProtoReflect.Descriptor instead.
+func (*AuditKey) Descriptor() ([]byte, []int) {
+	return file_infermesh_consensus_v1_consensus_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *AuditKey) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AuditKey) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+// AuditKeySet records or replaces one node's audit public key.
+type AuditKeySet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node and its key.
+	Key           *AuditKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditKeySet) Reset() {
+	*x = AuditKeySet{}
+	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditKeySet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditKeySet) ProtoMessage() {}
+
+func (x *AuditKeySet) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditKeySet.ProtoReflect.Descriptor instead.
+func (*AuditKeySet) Descriptor() ([]byte, []int) {
+	return file_infermesh_consensus_v1_consensus_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AuditKeySet) GetKey() *AuditKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 // Snapshot is the raft snapshot format.
 type Snapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2453,7 +2641,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[28]
+	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2653,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[28]
+	mi := &file_infermesh_consensus_v1_consensus_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2666,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_infermesh_consensus_v1_consensus_proto_rawDescGZIP(), []int{28}
+	return file_infermesh_consensus_v1_consensus_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -2561,7 +2749,7 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12D\n" +
 	"\tlifecycle\x18\x02 \x01(\x0e2&.infermesh.consensus.v1.ModelLifecycleR\tlifecycle\x12 \n" +
 	"\vreplacement\x18\x03 \x01(\tR\vreplacement\x123\n" +
-	"\x05price\x18\x04 \x01(\v2\x1d.infermesh.consensus.v1.PriceR\x05price\"\xd7\x01\n" +
+	"\x05price\x18\x04 \x01(\v2\x1d.infermesh.consensus.v1.PriceR\x05price\"\x95\x02\n" +
 	"\x06Policy\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12\x1e\n" +
 	"\n" +
@@ -2569,17 +2757,24 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"governance\x128\n" +
 	"\x05nodes\x18\x03 \x03(\v2\".infermesh.consensus.v1.NodePolicyR\x05nodes\x12;\n" +
 	"\x06models\x18\x04 \x03(\v2#.infermesh.consensus.v1.ModelPolicyR\x06models\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"g\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12\x12\n" +
+	"\x04plan\x18\x06 \x01(\tR\x04plan\x12(\n" +
+	"\x10first_party_apps\x18\a \x03(\tR\x0efirstPartyApps\"g\n" +
 	"\tPolicySet\x126\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1e.infermesh.consensus.v1.PolicyR\x06policy\x12\"\n" +
-	"\ronly_if_unset\x18\x02 \x01(\bR\vonlyIfUnset\"p\n" +
+	"\ronly_if_unset\x18\x02 \x01(\bR\vonlyIfUnset\"\x9a\x02\n" +
 	"\fPolicyUpdate\x12\x1f\n" +
 	"\bstrategy\x18\x01 \x01(\tH\x00R\bstrategy\x88\x01\x01\x12#\n" +
 	"\n" +
 	"governance\x18\x02 \x01(\tH\x01R\n" +
-	"governance\x88\x01\x01B\v\n" +
+	"governance\x88\x01\x01\x12\x17\n" +
+	"\x04plan\x18\x03 \x01(\tH\x02R\x04plan\x88\x01\x01\x12(\n" +
+	"\x10first_party_apps\x18\x04 \x03(\tR\x0efirstPartyApps\x12/\n" +
+	"\x14set_first_party_apps\x18\x05 \x01(\bR\x11setFirstPartyApps\x12+\n" +
+	"\x12plan_only_if_unset\x18\x06 \x01(\bR\x0fplanOnlyIfUnsetB\v\n" +
 	"\t_strategyB\r\n" +
-	"\v_governance\"_\n" +
+	"\v_governanceB\a\n" +
+	"\x05_plan\"_\n" +
 	"\rPolicyNodeSet\x126\n" +
 	"\x04node\x18\x01 \x01(\v2\".infermesh.consensus.v1.NodePolicyR\x04node\x12\x16\n" +
 	"\x06remove\x18\x02 \x01(\bR\x06remove\"c\n" +
@@ -2612,7 +2807,7 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x06 \x01(\x03R\x0fexpiresUnixNano\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\b \x01(\x03R\tremaining\x12\x1c\n" +
-	"\tunlimited\x18\t \x01(\bR\tunlimited\"\x80\x02\n" +
+	"\tunlimited\x18\t \x01(\bR\tunlimited\"\x92\x02\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x14\n" +
@@ -2624,7 +2819,9 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\vcost_micros\x18\a \x01(\x03R\n" +
 	"costMicros\x12\x16\n" +
 	"\x06errors\x18\b \x01(\x03R\x06errors\x12\x16\n" +
-	"\x06worker\x18\t \x01(\tR\x06worker\"u\n" +
+	"\x06worker\x18\t \x01(\tR\x06worker\x12\x10\n" +
+	"\x03day\x18\n" +
+	" \x01(\x05R\x03day\"u\n" +
 	"\n" +
 	"UsageBatch\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -2662,7 +2859,7 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\x06period\x18\x03 \x01(\tR\x06period\x12\x12\n" +
 	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x18\n" +
 	"\aexpired\x18\x05 \x01(\x03R\aexpired\x127\n" +
-	"\x05holds\x18\x06 \x03(\v2!.infermesh.consensus.v1.LeaseHoldR\x05holds\"\x81\x02\n" +
+	"\x05holds\x18\x06 \x03(\v2!.infermesh.consensus.v1.LeaseHoldR\x05holds\"\x93\x02\n" +
 	"\n" +
 	"UsageTotal\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x14\n" +
@@ -2674,20 +2871,30 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\x12\x1f\n" +
 	"\vcost_micros\x18\b \x01(\x03R\n" +
 	"costMicros\x12\x16\n" +
-	"\x06errors\x18\t \x01(\x03R\x06errors\"8\n" +
+	"\x06errors\x18\t \x01(\x03R\x06errors\x12\x10\n" +
+	"\x03day\x18\n" +
+	" \x01(\x05R\x03day\"8\n" +
 	"\vUsageCursor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xb4\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xf5\x02\n" +
 	"\x05State\x122\n" +
 	"\x04keys\x18\x01 \x03(\v2\x1e.infermesh.consensus.v1.ApiKeyR\x04keys\x126\n" +
 	"\x06policy\x18\x02 \x01(\v2\x1e.infermesh.consensus.v1.PolicyR\x06policy\x12;\n" +
 	"\x06leases\x18\x03 \x03(\v2#.infermesh.consensus.v1.LeaseRecordR\x06leases\x128\n" +
 	"\x05usage\x18\x04 \x03(\v2\".infermesh.consensus.v1.UsageTotalR\x05usage\x12H\n" +
-	"\rusage_cursors\x18\x05 \x03(\v2#.infermesh.consensus.v1.UsageCursorR\fusageCursors\"|\n" +
+	"\rusage_cursors\x18\x05 \x03(\v2#.infermesh.consensus.v1.UsageCursorR\fusageCursors\x12?\n" +
+	"\n" +
+	"audit_keys\x18\x06 \x03(\v2 .infermesh.consensus.v1.AuditKeyR\tauditKeys\"B\n" +
+	"\bAuditKey\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\"A\n" +
+	"\vAuditKeySet\x122\n" +
+	"\x03key\x18\x01 \x01(\v2 .infermesh.consensus.v1.AuditKeyR\x03key\"|\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x123\n" +
-	"\x05state\x18\x03 \x01(\v2\x1d.infermesh.consensus.v1.StateR\x05state*\xe1\x02\n" +
+	"\x05state\x18\x03 \x01(\v2\x1d.infermesh.consensus.v1.StateR\x05state*\x81\x03\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_KEY_CREATE\x10\x01\x12\x1b\n" +
@@ -2700,7 +2907,8 @@ const file_infermesh_consensus_v1_consensus_proto_rawDesc = "" +
 	"\x1dCOMMAND_TYPE_POLICY_MODEL_SET\x10\r\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_LEASE_ACQUIRE\x10\x14\x12\x1d\n" +
 	"\x19COMMAND_TYPE_LEASE_SETTLE\x10\x15\x12\x1c\n" +
-	"\x18COMMAND_TYPE_USAGE_BATCH\x10\x1e*\x8a\x01\n" +
+	"\x18COMMAND_TYPE_USAGE_BATCH\x10\x1e\x12\x1e\n" +
+	"\x1aCOMMAND_TYPE_AUDIT_KEY_SET\x10(*\x8a\x01\n" +
 	"\x0eModelLifecycle\x12\x1f\n" +
 	"\x1bMODEL_LIFECYCLE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16MODEL_LIFECYCLE_ACTIVE\x10\x01\x12\x1e\n" +
@@ -2727,7 +2935,7 @@ func file_infermesh_consensus_v1_consensus_proto_rawDescGZIP() []byte {
 }
 
 var file_infermesh_consensus_v1_consensus_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_infermesh_consensus_v1_consensus_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_infermesh_consensus_v1_consensus_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_infermesh_consensus_v1_consensus_proto_goTypes = []any{
 	(CommandType)(0),        // 0: infermesh.consensus.v1.CommandType
 	(ModelLifecycle)(0),     // 1: infermesh.consensus.v1.ModelLifecycle
@@ -2760,7 +2968,9 @@ var file_infermesh_consensus_v1_consensus_proto_goTypes = []any{
 	(*UsageTotal)(nil),      // 28: infermesh.consensus.v1.UsageTotal
 	(*UsageCursor)(nil),     // 29: infermesh.consensus.v1.UsageCursor
 	(*State)(nil),           // 30: infermesh.consensus.v1.State
-	(*Snapshot)(nil),        // 31: infermesh.consensus.v1.Snapshot
+	(*AuditKey)(nil),        // 31: infermesh.consensus.v1.AuditKey
+	(*AuditKeySet)(nil),     // 32: infermesh.consensus.v1.AuditKeySet
+	(*Snapshot)(nil),        // 33: infermesh.consensus.v1.Snapshot
 }
 var file_infermesh_consensus_v1_consensus_proto_depIdxs = []int32{
 	5,  // 0: infermesh.consensus.v1.ApplyRequest.command:type_name -> infermesh.consensus.v1.Command
@@ -2792,14 +3002,16 @@ var file_infermesh_consensus_v1_consensus_proto_depIdxs = []int32{
 	27, // 26: infermesh.consensus.v1.State.leases:type_name -> infermesh.consensus.v1.LeaseRecord
 	28, // 27: infermesh.consensus.v1.State.usage:type_name -> infermesh.consensus.v1.UsageTotal
 	29, // 28: infermesh.consensus.v1.State.usage_cursors:type_name -> infermesh.consensus.v1.UsageCursor
-	30, // 29: infermesh.consensus.v1.Snapshot.state:type_name -> infermesh.consensus.v1.State
-	3,  // 30: infermesh.consensus.v1.ConsensusService.Apply:input_type -> infermesh.consensus.v1.ApplyRequest
-	4,  // 31: infermesh.consensus.v1.ConsensusService.Apply:output_type -> infermesh.consensus.v1.ApplyResponse
-	31, // [31:32] is the sub-list for method output_type
-	30, // [30:31] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	31, // 29: infermesh.consensus.v1.State.audit_keys:type_name -> infermesh.consensus.v1.AuditKey
+	31, // 30: infermesh.consensus.v1.AuditKeySet.key:type_name -> infermesh.consensus.v1.AuditKey
+	30, // 31: infermesh.consensus.v1.Snapshot.state:type_name -> infermesh.consensus.v1.State
+	3,  // 32: infermesh.consensus.v1.ConsensusService.Apply:input_type -> infermesh.consensus.v1.ApplyRequest
+	4,  // 33: infermesh.consensus.v1.ConsensusService.Apply:output_type -> infermesh.consensus.v1.ApplyResponse
+	33, // [33:34] is the sub-list for method output_type
+	32, // [32:33] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_infermesh_consensus_v1_consensus_proto_init() }
@@ -2815,7 +3027,7 @@ func file_infermesh_consensus_v1_consensus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infermesh_consensus_v1_consensus_proto_rawDesc), len(file_infermesh_consensus_v1_consensus_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
