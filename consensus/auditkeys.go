@@ -57,3 +57,10 @@ func (v View) AuditKeys() map[string]ed25519.PublicKey {
 	})
 	return out
 }
+
+// Plan returns the server plan and the first-party applications, without
+// copying the rest of the policy (read on every admitted request).
+func (v View) Plan() (plan string, firstPartyApps []string) {
+	v.f.read(func(s *state) { plan, firstPartyApps = s.policy.plan, slices.Clone(s.policy.firstParty) })
+	return plan, firstPartyApps
+}

@@ -41,6 +41,7 @@ func (v replicatedKeys) KeyByHash(h [32]byte) (auth.Key, bool) {
 func denialError(d *auth.Denial) *api.APIError {
 	e := api.Errorf(d.Status, d.Type, d.Code, "", d.Message)
 	e.RetryAfter = d.RetryAfter
+	e.Upgrade = limits.Upgrade(d)
 	return e
 }
 
@@ -51,7 +52,17 @@ func (n *Node) startAdmission() error {
 		replicatedKeys{c.raft}, n.log, n.reg, n.clock)
 	// A budgeted request without an output cap reserves the local
 	// decoder's default output cap, so the reservation covers the charge.
-	lcfg := limits.Config{Prices: limits.NewConsensusPrices(c.raft), DefaultOutputTokens: defaultReservedOutput}
+	lc := n.cfg.Limits
+	capacity := lc.BusyCapacity
+	if capacity == 0 {
+		capacity = n.cfg.InflightCap
+	}
+	n.gate = limits.NewGate(limits.GateConfig{MaxInflight: capacity, MaxQueue: lc.BusyQueue, Reserve: lc.BusyReserve, MaxWait: lc.BusyWait}, n.reg, n.clock)
+	lcfg := limits.Config{
+		KeyRPM: lc.KeyRPM, ClientRPM: lc.ClientRPM, Gate: n.gate,
+		Prices: limits.NewConsensusPrices(c.raft), DefaultOutputTokens: defaultReservedOutput,
+		Plan: limits.NewConsensusPlan(c.raft), ThirdPartyTools: lc.ThirdPartyTools,
+	}
 	if n.cfg.FastTimers {
 		lcfg.LeaseTTL = 5 * time.Second // holdings of a killed node expire within a test
 	}
@@ -103,7 +114,10 @@ func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Serve
 		Counted:    auth.Counted(r.Method, r.URL.Path),
 		Model:      model,
 		Priority:   limits.ParsePriority(r.Header.Get(limits.PriorityHeader)),
+		UserAgent:  r.Header.Get("User-Agent"),
+		Batch:      strings.HasPrefix(r.URL.Path, "/v1/batch/"),
 	}
+	start := n.clock()
 	if caller.Limits.MonthlyBudgetMicros > 0 && body != nil {
 		// Only budgets need the estimate; it bounds the real cost from
 		// above, so a reservation is never smaller than the charge.
@@ -113,7 +127,12 @@ func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Serve
 	if d != nil {
 		return nil, denialError(d)
 	}
+	audited := req.Counted && !caller.Forwarded
 	return func(s api.Served) {
+		n.obs.served(r, model, s)
+		if audited {
+			n.auditRequest(r, model, start, s)
+		}
 		worker := s.Backend
 		if worker == n.cfg.NodeID {
 			worker = "" // the reporting node itself

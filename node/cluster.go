@@ -167,6 +167,7 @@ func (n *Node) startCluster(httpAddr string) error {
 		return err
 	}
 	go n.ensureAdminKey(!rc.Join)
+	go n.ensureReplicated()
 
 	mc := mesh.Config{
 		NodeID:        cfg.NodeID,

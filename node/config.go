@@ -129,6 +129,10 @@ type Config struct {
 	MaxConnsPerClient int
 	// Legacy configures the legacy (Ollama-shaped) API; off by default.
 	Legacy LegacyConfig
+	// Limits configures rates, the busy gate and the plan (see limits.go).
+	Limits LimitsConfig
+	// Audit configures the signed audit log (see audit.go).
+	Audit AuditConfig
 	// TLSCert and TLSKey (PEM files) serve the client and legacy ports
 	// over TLS 1.2+; both or neither. They reload on ReloadTLS (SIGHUP)
 	// and when the files change (see tls.go).
@@ -181,6 +185,8 @@ func Defaults() Config {
 		ImageBudget:       imagecodec.DefaultBudget,
 
 		PullStallTimeout: 30 * time.Second,
+
+		Audit: AuditConfig{Enabled: true, Retention: 90 * 24 * time.Hour, MaxFiles: 1000, MaxFileBytes: 64 << 20},
 	}
 }
 
@@ -264,6 +270,8 @@ func (c *Config) Validate() error {
 	if len(c.Join) > 0 && c.ClusterSecret == "" {
 		errs = append(errs, errors.New("cluster secret is empty: nodes that join a mesh need --cluster-secret (the same on every node)"))
 	}
+	errs = append(errs, c.Limits.validate()...)
+	errs = append(errs, c.Audit.validate()...)
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("drain timeout %s: must be positive", c.DrainTimeout))
 	}

@@ -115,12 +115,19 @@ type usageRow struct {
 }
 
 // Usage groups the replicated usage totals by app, model, key or worker.
-func (n *Node) Usage(by string) (any, error) {
+func (n *Node) Usage(by string, since, until time.Time) (any, error) {
 	dim, err := consensus.ParseUsageDimension(by)
 	if err != nil {
 		return nil, err
 	}
-	rows := n.cluster.raft.State().Usage(dim)
+	var r consensus.DayRange
+	if !since.IsZero() {
+		r.From = consensus.DayOf(since)
+	}
+	if !until.IsZero() {
+		r.To = consensus.DayOf(until)
+	}
+	rows := n.cluster.raft.State().UsageIn(dim, r)
 	out := make([]usageRow, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, usageRow{Group: r.Group, Requests: r.Requests, PromptTokens: r.InputTokens, CompletionTokens: r.OutputTokens,

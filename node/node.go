@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/audit"
 	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/batch"
 	"github.com/infermesh/infermesh/node/engine"
@@ -34,6 +35,7 @@ type Node struct {
 	reg   *prometheus.Registry
 
 	prefixes *prefix.Tracker // chat prefixes served here, for prefix-aware routing
+	audit    *audit.Log      // signed audit records; nil when off
 
 	store   *models.Store
 	catalog *models.Catalog
@@ -45,6 +47,7 @@ type Node struct {
 	cluster  *cluster
 	authn    *auth.Authenticator
 	limiter  *limits.Limiter
+	gate     *limits.Gate // busy gate ordering engine work by priority
 	fatalCh  chan error
 	fatalOne sync.Once
 	ln       net.Listener
@@ -89,6 +92,14 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.store = store
+	if err := n.openAudit(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !built && n.audit != nil {
+			n.audit.Close()
+		}
+	}()
 	n.engines = newEngines(cfg, n.log, store)
 	if err := n.initUpstream(); err != nil {
 		return nil, err
@@ -109,7 +120,8 @@ func New(cfg Config) (*Node, error) {
 		StallTimeout: cfg.PullStallTimeout, Logger: n.log, Clock: n.clock,
 	})
 	trusted, _ := api.ParseCIDRs(cfg.TrustedProxies) // checked by Validate
-	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.Embedder, n.log, n.clock)
+	auditExport, auditKeys := n.auditHandlers()
+	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.batchEmbedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:        n,
 		Dispatcher:     n,
@@ -129,6 +141,8 @@ func New(cfg Config) (*Node, error) {
 		Bodies:         api.BodyLimits{Budget: cfg.BodyBudget, MinRate: cfg.BodyMinRate, Grace: cfg.BodyGrace},
 		ImageBudget:    cfg.ImageBudget,
 		ChatServed:     n.recordPrefix,
+		AuditExport:    auditExport,
+		AuditKeys:      auditKeys,
 	})
 	built = true
 	return n, nil
@@ -216,6 +230,11 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.stopCluster(ctx)
 		n.tls.close()
 		n.batches.Close()
+		if n.audit != nil {
+			if aerr := n.audit.Close(); aerr != nil {
+				n.log.Warn("closing the audit log", "err", aerr)
+			}
+		}
 		n.engines.close()
 		n.engines.upstream.Close()
 		n.lock.release()

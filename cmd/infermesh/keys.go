@@ -26,6 +26,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	f := newEnvFlags("keys " + sub)
 	f.fs.SetOutput(stderr)
 	base := nodeFlag(f)
+	format := formatFlag(f)
 	var req api.KeyRequest // the body of POST /v1/server/keys
 	if sub == "create" {
 		f.fs.StringVar(&req.Name, "name", "", "key name (required)")
@@ -51,15 +52,29 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	var pos []string
 	for len(rest) > 0 {
 		if err := f.fs.Parse(rest); err != nil {
-			return 2
+			return parseExit(err)
 		}
 		rest = f.fs.Args()
 		if len(rest) > 0 {
 			pos, rest = append(pos, rest[0]), rest[1:]
 		}
 	}
+	if err := checkFormat(*format); err != nil {
+		fmt.Fprintf(stderr, "infermesh keys %s: %v\n", sub, err)
+		return 2
+	}
 	var err error
 	switch {
+	case *format == "json" && (sub == "create" && len(pos) == 0 || sub == "list" && len(pos) == 0):
+		var out any
+		if sub == "create" {
+			err = adminCall(*base, http.MethodPost, "/v1/server/keys", req, &out)
+		} else {
+			err = adminCall(*base, http.MethodGet, "/v1/server/keys", nil, &out)
+		}
+		if err == nil {
+			printJSON(stdout, out)
+		}
 	case sub == "create" && len(pos) == 0:
 		var out map[string]any
 		if err = adminCall(*base, http.MethodPost, "/v1/server/keys", req, &out); err == nil {

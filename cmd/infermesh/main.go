@@ -31,7 +31,14 @@ Usage:
                                    computer, else directly from --data-dir)
   infermesh pull [--node URL] [--to NODE_ID] KEY
                                    pull a model from the catalogue or a peer, with a progress bar
-  infermesh members [--node URL]   list the mesh's nodes, their state, load and warm models
+  infermesh members [--node URL] [--format json]
+                                   list the mesh's nodes, their state, load and warm models
+  infermesh usage [--by app|model|key|worker] [--since DAY] [--until DAY] [--format json]
+                                   usage totals (requests, tokens, cost) through any node (admin key)
+  infermesh audit export [--since RFC3339|DURATION] [--node URL]
+                                   the mesh's signed audit records as JSON Lines (admin key)
+  infermesh audit verify FILE [--keys FILE]
+                                   check signatures and chains; exits 1 naming the first bad line
   infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N] [--monthly-budget X]
   infermesh keys list | revoke ID  manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
   infermesh policy get | set FILE  read or replace the replicated pool policy (same admin key)
@@ -65,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return raftCmd(args[1:], stdout, stderr)
 	case "audit":
 		return auditCmd(args[1:], stdout, stderr)
+	case "usage":
+		return usageCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "infermesh", version)
 		return 0
@@ -110,6 +119,22 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.Weight, "weight", "SERVICE_WEIGHT", cfg.Weight, "this node's weight for the weighted strategy")
 	f.Bool(&cfg.Canary, "canary", "SERVICE_CANARY", cfg.Canary, "mark this node canary")
 	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
+	l := &cfg.Limits
+	f.Int64(&l.KeyRPM, "rpm", "SERVICE_RPM", l.KeyRPM, "requests per minute for each API key that sets no rpm of its own (0: no limit)")
+	f.Int64(&l.ClientRPM, "client-rpm", "SERVICE_CLIENT_RPM", l.ClientRPM, "requests per minute per client address, IPv6 by /64 (0: no limit; the local operator is exempt)")
+	f.Int(&l.BusyCapacity, "busy-capacity", "SERVICE_BUSY_CAPACITY", l.BusyCapacity, "engine requests run at once before the busy gate queues them by priority (0: --inflight-cap)")
+	f.Int(&l.BusyQueue, "busy-queue", "SERVICE_BUSY_QUEUE", l.BusyQueue, "requests that may wait for a slot; when full, lower-priority waiters are shed, then 503 (0: 4 x capacity)")
+	f.Int(&l.BusyReserve, "busy-reserve", "SERVICE_BUSY_RESERVE", l.BusyReserve, "slots only interactive work may take (0: a quarter of the capacity, -1: none)")
+	f.Duration(&l.BusyWait, "busy-wait", "SERVICE_BUSY_WAIT", l.BusyWait, "longest a request waits for a slot before 503 (0: 30s)")
+	f.String(&l.Plan, "plan", "SERVICE_PLAN", l.Plan, "server plan seeded into the replicated policy when it has none: free or pro (later: policy set)")
+	f.List(&l.FirstPartyApps, "first-party-apps", "SERVICE_FIRST_PARTY_APPS", "applications whose keys are first-party, seeded like --plan")
+	f.List(&l.ThirdPartyTools, "third-party-tools", "SERVICE_THIRD_PARTY_TOOLS", "User-Agent products that make keyless callers third-party on Free (default: the built-in list)")
+	a := &cfg.Audit
+	f.Bool(&a.Enabled, "audit", "SERVICE_AUDIT", a.Enabled, "write signed audit records under <data-dir>/audit")
+	f.Duration(&a.Retention, "audit-retention", "SERVICE_AUDIT_RETENTION", a.Retention, "remove audit files whose last record is older (0: keep by age)")
+	f.Int(&a.MaxFiles, "audit-max-files", "SERVICE_AUDIT_MAX_FILES", a.MaxFiles, "keep at most this many audit files (0: no limit)")
+	f.Int64(&a.MaxFileBytes, "audit-max-file-bytes", "SERVICE_AUDIT_MAX_FILE_BYTES", a.MaxFileBytes, "start a new audit file beyond this size")
+	f.Duration(&a.SyncInterval, "audit-sync-interval", "SERVICE_AUDIT_SYNC_INTERVAL", a.SyncInterval, "fsync audit records at most this often (0: after every batch; negative: at rotation and shutdown only)")
 	f.Bool(&cfg.FastTimers, "fast-timers", "SERVICE_FAST_TIMERS", cfg.FastTimers, "short gossip and raft timers, for tests and chaos runs on one machine")
 	f.List(&cfg.CatalogSources, "catalog-source", "SERVICE_CATALOG_SOURCES", "extra model catalogue: a JSON file path or http(s) URL; repeat or comma-separate; later sources win")
 	f.Int(&cfg.TransferRate, "transfer-rate", "SERVICE_TRANSFER_RATE", cfg.TransferRate, "bytes per second this node sends model files to peers (0: no cap)")

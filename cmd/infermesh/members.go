@@ -27,9 +27,26 @@ func membersCmd(args []string, stdout, stderr io.Writer) int {
 	f := newEnvFlags("members")
 	f.fs.SetOutput(stderr)
 	base := nodeFlag(f)
+	format := formatFlag(f)
 	if err := f.Parse(args); err != nil {
+		if code := parseExit(err); code != 0 {
+			fmt.Fprintf(stderr, "infermesh members: %v\n", err)
+			return code
+		}
+		return 0
+	}
+	if err := checkFormat(*format); err != nil {
 		fmt.Fprintf(stderr, "infermesh members: %v\n", err)
 		return 2
+	}
+	if *format == "json" {
+		var raw any
+		if err := getJSON(*base, "/v1/server/members", &raw); err != nil {
+			fmt.Fprintf(stderr, "infermesh members: %v\n", err)
+			return 1
+		}
+		printJSON(stdout, raw)
+		return 0
 	}
 	var out struct {
 		Data []struct {

@@ -25,13 +25,14 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 	f := newEnvFlags("models")
 	f.String(&cfg.DataDir, "data-dir", "SERVICE_DATA_DIR", cfg.DataDir, "data directory (models, state)")
 	base := nodeFlag(f)
+	format := formatFlag(f)
 	f.fs.SetOutput(stderr)
 	sub, rest := args[0], args[1:]
 	var pos []string
 	// Positional arguments may come before or after flags.
 	for len(rest) > 0 {
 		if err := f.fs.Parse(rest); err != nil {
-			return 2
+			return parseExit(err)
 		}
 		rest = f.fs.Args()
 		if len(rest) > 0 {
@@ -55,6 +56,13 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "installed %s (%s), %d bytes\n", m.ID, m.WireID(), m.TotalSize())
 		}
+		return 0
+	case sub == "list" && len(pos) == 0 && *format == "json":
+		out := []map[string]any{}
+		for _, m := range store.List() {
+			out = append(out, map[string]any{"id": m.ID, "wire_id": m.WireID(), "task": m.Task, "size_bytes": m.TotalSize()})
+		}
+		printJSON(stdout, map[string]any{"object": "list", "data": out})
 		return 0
 	case sub == "list" && len(pos) == 0:
 		for _, m := range store.List() {

@@ -43,10 +43,24 @@ func raftCmd(args []string, stdout, stderr io.Writer) int {
 	switch sub {
 	case "peers", "remove-peer":
 		base := nodeFlag(f)
+		format := formatFlag(f)
 		if err := f.fs.Parse(args[1:]); err != nil {
+			return parseExit(err)
+		}
+		if err := checkFormat(*format); err != nil {
+			fmt.Fprintf(stderr, "infermesh raft %s: %v\n", sub, err)
 			return 2
 		}
 		if sub == "peers" && f.fs.NArg() == 0 {
+			if *format == "json" {
+				var raw any
+				if err := adminCall(*base, http.MethodGet, "/v1/server/raft/peers", nil, &raw); err != nil {
+					fmt.Fprintf(stderr, "infermesh raft peers: %v\n", err)
+					return 1
+				}
+				printJSON(stdout, raw)
+				return 0
+			}
 			return raftPeers(*base, stdout, stderr)
 		}
 		if sub == "remove-peer" && f.fs.NArg() == 1 {
@@ -64,8 +78,11 @@ func raftCmd(args []string, stdout, stderr io.Writer) int {
 		f.String(&cfg.NodeID, "node-id", "SERVICE_NODE_ID", cfg.NodeID, "that node's id (default: host name, as serve)")
 		yes := f.fs.Bool("yes", false, "confirm: you read the warning in `infermesh raft -h`")
 		if err := f.Parse(args[1:]); err != nil {
-			fmt.Fprintf(stderr, "infermesh raft recover: %v\n", err)
-			return 2
+			if code := parseExit(err); code != 0 {
+				fmt.Fprintf(stderr, "infermesh raft recover: %v\n", err)
+				return code
+			}
+			return 0
 		}
 		return raftRecover(cfg.DataDir, cfg.NodeID, *yes, stdout, stderr)
 	case "-h", "--help", "help":

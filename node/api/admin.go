@@ -26,8 +26,10 @@ type Governance interface {
 	// unknown id wraps ErrNotFound.
 	RevokeKey(ctx context.Context, id string) (KeyInfo, error)
 	// Usage returns the replicated usage totals grouped by app, model, key
-	// or worker, as a JSON-ready list; any other by is an error.
-	Usage(by string) (any, error)
+	// or worker, as a JSON-ready list, for the UTC days from since to
+	// until (both included; a zero time leaves that end open); any other
+	// by is an error.
+	Usage(by string, since, until time.Time) (any, error)
 	// Policy returns the pool policy document (GET /v1/server/policy).
 	Policy() any
 	// SetPolicy replaces the whole pool policy with the JSON document in
@@ -180,17 +182,44 @@ func (s *Server) adminRoutes(r chi.Router) {
 		writeJSON(w, http.StatusOK, k)
 	})
 	r.Get("/server/usage", func(w http.ResponseWriter, r *http.Request) {
-		by := r.URL.Query().Get("by")
+		q := r.URL.Query()
+		by := q.Get("by")
 		if by == "" {
 			by = "app"
 		}
-		rows, err := s.opt.Governance.Usage(by)
+		var days [2]time.Time
+		for i, name := range []string{"since", "until"} {
+			if v := q.Get(name); v != "" {
+				d, err := time.Parse(time.DateOnly, v)
+				if err != nil {
+					WriteError(w, BadRequest(CodeInvalidValue, name, fmt.Sprintf("'%s' must be a UTC day, YYYY-MM-DD.", name)))
+					return
+				}
+				days[i] = d
+			}
+		}
+		if !days[0].IsZero() && !days[1].IsZero() && days[1].Before(days[0]) {
+			WriteError(w, BadRequest(CodeInvalidValue, "until", "'until' is before 'since'."))
+			return
+		}
+		rows, err := s.opt.Governance.Usage(by, days[0], days[1])
 		if err != nil {
 			WriteError(w, BadRequest(CodeInvalidValue, "by", "'by' must be one of app, model, key, worker."))
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "by": by, "data": rows})
+		out := map[string]any{"object": "list", "by": by, "data": rows}
+		if v := q.Get("since"); v != "" {
+			out["since"] = v
+		}
+		if v := q.Get("until"); v != "" {
+			out["until"] = v
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
+	if s.opt.AuditExport != nil {
+		r.Get("/server/audit", s.opt.AuditExport.ServeHTTP)
+		r.Get("/server/audit/keys", s.opt.AuditKeys.ServeHTTP)
+	}
 	r.Get("/server/policy", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.opt.Governance.Policy())
 	})

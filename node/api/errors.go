@@ -56,7 +56,13 @@ type APIError struct {
 	Code any `json:"code"`
 	// RetryAfter, when > 0, is sent as the Retry-After header in seconds.
 	RetryAfter int `json:"-"`
+	// Upgrade sends X-Service-Upgrade: 1 (a Free-plan limit that a paid
+	// plan lifts).
+	Upgrade bool `json:"-"`
 }
+
+// UpgradeHeader tells a client that a paid plan lifts the limit it hit.
+const UpgradeHeader = "X-Service-Upgrade"
 
 // Error returns the message the client sees.
 func (e *APIError) Error() string { return e.Message }
@@ -91,6 +97,9 @@ func WriteError(w http.ResponseWriter, e *APIError) {
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Upgrade {
+		h.Set(UpgradeHeader, "1")
 	}
 	w.WriteHeader(e.Status)
 	b, _ := json.Marshal(map[string]*APIError{"error": e})

@@ -205,6 +205,9 @@ type Options struct {
 	// request in full, with the canonical model id, the request and the
 	// generated message (prefix-aware routing records it).
 	ChatServed func(model string, req engine.ChatRequest, answer engine.ChatMessage)
+	// AuditExport and AuditKeys, when set, serve GET /v1/server/audit and
+	// /v1/server/audit/keys behind admin authentication.
+	AuditExport, AuditKeys http.Handler
 	// ImageBudget bounds the memory decoded request images hold at once,
 	// in bytes (imagecodec.DefaultBudget when 0).
 	ImageBudget int64

@@ -99,3 +99,17 @@ func (p *ConsensusPrices) Price(model string) (consensus.Price, bool) {
 	}
 	return mp.Price, true
 }
+
+// ConsensusPlan is the PlanSource of a consensus node: the replicated
+// policy's plan and first-party applications.
+type ConsensusPlan struct{ node *consensus.Node }
+
+// NewConsensusPlan returns the PlanSource of n.
+func NewConsensusPlan(n *consensus.Node) *ConsensusPlan { return &ConsensusPlan{node: n} }
+
+// PlanSettings implements PlanSource.
+func (p *ConsensusPlan) PlanSettings() PlanSettings {
+	pl, apps := p.node.State().Plan()
+	plan, _ := ParsePlan(pl)
+	return PlanSettings{Plan: plan, FirstPartyApps: apps}
+}

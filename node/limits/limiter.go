@@ -130,7 +130,7 @@ func (t *Ticket) Done(u Usage) {
 		errs = 1
 	}
 	k := t.key
-	k.worker = u.Worker
+	k.worker, k.day = u.Worker, consensus.DayOf(t.l.clock())
 	t.l.usage.record(k, consensus.Counters{
 		Requests: 1, InputTokens: max(0, u.PromptTokens), OutputTokens: max(0, u.CompletionTokens),
 		CostMicros: cost, Errors: errs,

@@ -39,7 +39,7 @@ func ParsePlan(s string) (Plan, bool) {
 // FreeDailyRequests counted requests a day (UTC) across the whole mesh,
 // and each client of them may make FreeClientRPM a minute.
 const (
-	FreeDailyRequests = 10
+	FreeDailyRequests = consensus.FreeDailyRequests
 	FreeClientRPM     = 1
 )
 
@@ -47,7 +47,7 @@ const (
 // leased from: a reserved key id that consensus keeps a daily-requests
 // ledger for, whose limit is FreeDailyRequests while the replicated plan is
 // Free and none (unlimited) otherwise. No API key can have this id.
-const FreeAllowanceKeyID = "plan:free"
+const FreeAllowanceKeyID = consensus.FreeAllowanceKeyID
 
 // UpgradeHeader is sent as "X-Service-Upgrade: 1" on a 429 that a paid
 // plan would lift (see Upgrade).

@@ -12,6 +12,7 @@ import (
 
 type usageKey struct {
 	app, model, keyID, worker string
+	day                       int32 // UTC day the request finished
 }
 
 // usageBatcher sums finished requests by app, model and key and sends the
@@ -76,12 +77,12 @@ func (u *usageBatcher) cut() []consensus.UsageEntry {
 	out := make([]consensus.UsageEntry, 0, len(u.totals))
 	for k, c := range u.totals {
 		out = append(out, consensus.UsageEntry{
-			App: k.app, Model: k.model, KeyID: k.keyID, Worker: k.worker, Requests: c.Requests,
+			App: k.app, Model: k.model, KeyID: k.keyID, Worker: k.worker, Day: k.day, Requests: c.Requests,
 			InputTokens: c.InputTokens, OutputTokens: c.OutputTokens, CostMicros: c.CostMicros, Errors: c.Errors,
 		})
 	}
 	slices.SortFunc(out, func(a, b consensus.UsageEntry) int {
-		return cmp.Or(cmp.Compare(a.App, b.App), cmp.Compare(a.Model, b.Model), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Worker, b.Worker))
+		return cmp.Or(cmp.Compare(a.App, b.App), cmp.Compare(a.Model, b.Model), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Day, b.Day))
 	})
 	u.totals = map[usageKey]*consensus.Counters{}
 	u.count = 0
