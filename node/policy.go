@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -30,6 +31,12 @@ type PolicyDoc struct {
 	// Governance is the model pull mode: curated, federated or open; empty
 	// means open.
 	Governance string `json:"governance,omitempty"`
+	// Plan is the server plan, free or pro (spec Limits); empty means
+	// pro. On Free, third-party callers share a small daily allowance.
+	Plan string `json:"plan,omitempty"`
+	// FirstPartyApps lists the applications whose keys are first-party
+	// (exempt from the Free allowance).
+	FirstPartyApps []string `json:"first_party_apps,omitempty"`
 	// Workers holds routing settings by node id; they override what those
 	// nodes gossip about themselves.
 	Workers map[string]WorkerPolicy `json:"workers,omitempty"`
@@ -75,7 +82,7 @@ type ModelDoc struct {
 func micros(v float64) int64 { return int64(math.Round(v * microsPerUnit)) }
 
 func (d PolicyDoc) toConsensus() consensus.Policy {
-	p := consensus.Policy{Strategy: d.Strategy, Governance: d.Governance}
+	p := consensus.Policy{Strategy: d.Strategy, Governance: d.Governance, Plan: d.Plan, FirstPartyApps: d.FirstPartyApps}
 	for id, w := range d.Workers {
 		p.Nodes = append(p.Nodes, consensus.NodePolicy{NodeID: id, Weight: w.Weight, Canary: w.Canary, CanaryPercent: w.CanaryPercent, InflightCap: w.InflightCap})
 	}
@@ -93,7 +100,7 @@ func (d PolicyDoc) toConsensus() consensus.Policy {
 }
 
 func policyDoc(p consensus.Policy) PolicyDoc {
-	d := PolicyDoc{Strategy: p.Strategy, Governance: p.Governance, Revision: p.Revision, Workers: map[string]WorkerPolicy{}, Models: map[string]ModelDoc{}}
+	d := PolicyDoc{Strategy: p.Strategy, Governance: p.Governance, Plan: p.Plan, FirstPartyApps: p.FirstPartyApps, Revision: p.Revision, Workers: map[string]WorkerPolicy{}, Models: map[string]ModelDoc{}}
 	for _, n := range p.Nodes {
 		d.Workers[n.NodeID] = WorkerPolicy{Weight: n.Weight, Canary: n.Canary, CanaryPercent: n.CanaryPercent, InflightCap: n.InflightCap}
 	}
@@ -136,6 +143,9 @@ const (
 	maxPolicyPrice  = 1e9
 )
 
+// appName is the shape of an application name (consensus's validName).
+var appName = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+
 // validate checks the whole document and names the first bad field
 // (strategy, governance, workers.<node>.<field>, models.<id>.<field>).
 func (d PolicyDoc) validate() *api.APIError {
@@ -149,6 +159,16 @@ func (d PolicyDoc) validate() *api.APIError {
 	case "", consensus.GovernanceCurated, consensus.GovernanceFederated, consensus.GovernanceOpen:
 	default:
 		return bad("governance", fmt.Sprintf("governance %q is not curated, federated or open.", d.Governance))
+	}
+	switch d.Plan {
+	case "", consensus.PlanFree, consensus.PlanPro:
+	default:
+		return bad("plan", fmt.Sprintf("plan %q is not free or pro.", d.Plan))
+	}
+	for i, a := range d.FirstPartyApps {
+		if !appName.MatchString(a) {
+			return bad(fmt.Sprintf("first_party_apps[%d]", i), fmt.Sprintf("application %q: use 1 to 64 lowercase letters, digits, '.', '_' or '-'.", a))
+		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(d.Workers)) {
 		w, p := d.Workers[id], "workers."+id

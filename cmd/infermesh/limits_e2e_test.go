@@ -110,13 +110,15 @@ line:
 	return sum, nil
 }
 
-// TestBackgroundShedBeforeInteractive: a node with a busy capacity of 2
-// and a queue of 4, saturated by embeddings from the official SDK:
-// interactive work (at most as many callers as slots plus queue) always
-// gets through, background work (X-Service-Priority: background) is shed
-// with 503 + Retry-After. Prints both success rates.
+// TestBackgroundShedBeforeInteractive: a node with a busy capacity of 4,
+// 2 of them reserved for interactive work, and a queue of 4, saturated by
+// embeddings from the official SDK: interactive work (at most as many
+// callers as reserved slots plus queue, so background work holding the
+// other slots cannot crowd it out) always gets through, background work
+// (X-Service-Priority: background) is shed with 503 + Retry-After. Prints
+// both success rates.
 func TestBackgroundShedBeforeInteractive(t *testing.T) {
-	p := startLimitsNode(t, "busy", "--busy-capacity", "2", "--busy-queue", "4")
+	p := startLimitsNode(t, "busy", "--busy-capacity", "4", "--busy-reserve", "2", "--busy-queue", "4")
 	inputs := make([]string, 64)
 	for i := range inputs {
 		inputs[i] = strings.Repeat(fmt.Sprintf("sentence %d about the weather and the sea. ", i), 8)
@@ -147,6 +149,9 @@ func TestBackgroundShedBeforeInteractive(t *testing.T) {
 				stats[prio].ok++
 			case errors.As(err, &apiErr) && apiErr.StatusCode == 503 && apiErr.Response.Header.Get("Retry-After") != "":
 				stats[prio].busy++
+				if prio == "interactive" {
+					t.Logf("interactive refused: %s", apiErr.Code)
+				}
 			default:
 				stats[prio].other++
 				t.Errorf("%s request: %v", prio, err)
@@ -168,7 +173,7 @@ func TestBackgroundShedBeforeInteractive(t *testing.T) {
 	wg.Wait()
 	rate := func(s *tally) float64 { return float64(s.ok) / float64(max(1, s.ok+s.busy+s.other)) }
 	in, bg := stats["interactive"], stats["background"]
-	fmt.Printf("saturation (capacity 2, queue 4): interactive %d/%d ok (%.0f%%), background %d/%d ok (%.0f%%)\n",
+	fmt.Printf("saturation (capacity 4, reserve 2, queue 4): interactive %d/%d ok (%.0f%%), background %d/%d ok (%.0f%%)\n",
 		in.ok, in.ok+in.busy, 100*rate(in), bg.ok, bg.ok+bg.busy, 100*rate(bg))
 	if in.busy != 0 {
 		t.Errorf("%d interactive requests were refused", in.busy)

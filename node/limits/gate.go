@@ -27,7 +27,8 @@ type GateConfig struct {
 	// may take: background and maintenance work starts only while fewer
 	// than MaxInflight-Reserve requests run, so people never find the
 	// node filled by unattended work. Zero takes the default,
-	// MaxInflight/4 (none when MaxInflight is 1); negative reserves none.
+	// a quarter of MaxInflight and at least one (none when MaxInflight is
+	// 1); negative reserves none.
 	Reserve int
 	// MaxQueue is how many requests may wait for a slot (default
 	// 4×MaxInflight). When it is full an arriving request takes the place
@@ -50,7 +51,7 @@ func (c GateConfig) withDefaults() GateConfig {
 	case c.Reserve < 0 || c.MaxInflight <= 1:
 		c.Reserve = 0
 	case c.Reserve == 0:
-		c.Reserve = c.MaxInflight / 4
+		c.Reserve = max(1, c.MaxInflight/4)
 	}
 	c.Reserve = min(c.Reserve, max(c.MaxInflight-1, 0))
 	if c.MaxQueue <= 0 {
