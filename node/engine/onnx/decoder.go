@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,10 +27,17 @@ const (
 	defaultContext  = 2048
 	defaultMaxOut   = 1024
 	logitsChunkSize = 8 << 20 // floats of prompt logits per prefill run
+
+	defaultMaxBatch     = 8
+	defaultQueuePerSlot = 4 // default max_queue: this many per batch slot
+	defaultKVMemoryMB   = 1024
+	defaultPrefillChunk = 128
 )
 
-// decoder serves a chat model on one ONNX Runtime session shared by all
-// requests; each request keeps its own KV cache (see kvStream).
+// decoder serves a chat model on one ONNX Runtime session. A scheduler
+// goroutine batches the decode steps of all running requests into shared
+// runs (see scheduler and batchKV) and keeps a prefix cache (prefixCache);
+// each request samples and streams in its own goroutine.
 type decoder struct {
 	id        string
 	model     *chat.Model
@@ -44,7 +50,9 @@ type decoder struct {
 	vocabRows int // logits width
 	positions bool
 	branch    bool // use_cache_branch input (merged decoders)
-	slots     chan struct{}
+	chunk     int  // prefill positions per run
+	sched     *scheduler
+	prefix    *prefixCache // nil: disabled
 
 	life   sync.RWMutex // runs hold it for reading, Close for writing
 	closed bool
@@ -56,10 +64,20 @@ type decoder struct {
 // [batch, kv_heads, past, head_dim]); outputs logits and
 // present.N.key|value. Files["tokenizer"] is a byte-level BPE
 // tokenizer.json; optional Files["tokenizer_config"] holds the chat
-// template and Files["generation_config"] the end-of-sequence ids. Options:
-// context_window (default 2048), max_output (default 1024) and concurrency
-// (requests decoding at once, default the number of CPUs). The layer and
-// head counts come from the model's inputs.
+// template and Files["generation_config"] the end-of-sequence ids. The
+// layer and head counts come from the model's inputs. Options:
+//   - context_window (default 2048) and max_output (default 1024);
+//   - max_batch: sequences decoding together (default 8; 1 turns
+//     batching off);
+//   - max_queue: requests waiting for a batch slot before the engine
+//     answers engine.ErrBusy (default 4 × max_batch; 0 refuses at once);
+//   - kv_memory_mb: budget of the batch's key/value cache (default 1024);
+//   - prefill_chunk: prompt tokens per prefill run, interleaved with the
+//     batch's decode steps (default 128, at most 8 Mi logit floats);
+//   - prefix_cache_mb: memory of the prefix cache (default 256; 0 turns it
+//     off) and prefix_block: tokens per cached block (default 64).
+//
+// The engine returned is an engine.BatchingChatter.
 func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
 	if err := r.checkLoad(spec, engine.TaskChat); err != nil {
 		return nil, err
@@ -75,7 +93,44 @@ func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
 		d.sess.Destroy()
 		return nil, fmt.Errorf("onnx: %s: the model has %d logits but the tokenizer %d tokens", spec.ID, d.vocabRows, d.model.Tok.VocabSize())
 	}
+	if err := d.start(spec.Options); err != nil {
+		d.sess.Destroy()
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
+	}
 	return d, nil
+}
+
+// start reads the batching options and starts the scheduler.
+func (d *decoder) start(opts map[string]string) error {
+	maxBatch, err := IntOption(opts, "max_batch", defaultMaxBatch, 1, 256)
+	if err != nil {
+		return err
+	}
+	maxQueue, err := IntOption(opts, "max_queue", defaultQueuePerSlot*maxBatch, 0, 1<<16)
+	if err != nil {
+		return err
+	}
+	kvMB, err := IntOption(opts, "kv_memory_mb", defaultKVMemoryMB, 1, 1<<20)
+	if err != nil {
+		return err
+	}
+	chunkCap := max(1, logitsChunkSize/d.vocabRows)
+	if d.chunk, err = IntOption(opts, "prefill_chunk", min(defaultPrefillChunk, chunkCap), 1, chunkCap); err != nil {
+		return err
+	}
+	prefixMB, err := IntOption(opts, "prefix_cache_mb", defaultPrefixCacheMB, 0, 1<<20)
+	if err != nil {
+		return err
+	}
+	block, err := IntOption(opts, "prefix_block", defaultPrefixBlock, 1, 4096)
+	if err != nil {
+		return err
+	}
+	if prefixMB > 0 {
+		d.prefix = newPrefixCache(int64(prefixMB)<<20, block, d.layers, d.kvHeads, d.headDim)
+	}
+	d.sched, err = newScheduler(d, maxBatch, maxQueue, int64(kvMB)<<20, d.prefix)
+	return err
 }
 
 // newDecoder reads the tokenizer, template, generation config and options.
@@ -115,15 +170,11 @@ func newDecoder(spec engine.Spec) (*decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	conc, err := IntOption(spec.Options, "concurrency", runtime.NumCPU(), 1, 1024)
-	if err != nil {
-		return nil, err
-	}
 	m, err := chat.NewModel(tok, tpl, eos, ctxWin, maxOut)
 	if err != nil {
 		return nil, err
 	}
-	return &decoder{id: spec.ID, model: m, slots: make(chan struct{}, conc)}, nil
+	return &decoder{id: spec.ID, model: m, chunk: defaultPrefillChunk}, nil
 }
 
 // eosIDs collects the end-of-sequence ids from generation_config.json
@@ -284,9 +335,12 @@ func (d *decoder) ContextWindow() int { return d.model.ContextWindow }
 // MaxOutputTokens is the default and largest completion.
 func (d *decoder) MaxOutputTokens() int { return d.model.MaxOutput }
 
-// Close waits for running steps and frees the session. Requests still
-// generating fail with errEngineClosed at their next step.
+// Close stops the scheduler (requests still running fail with
+// errEngineClosed), waits for the running step and frees the session.
 func (d *decoder) Close() error {
+	if d.sched != nil {
+		d.sched.close()
+	}
 	d.life.Lock()
 	defer d.life.Unlock()
 	if d.closed {
@@ -296,35 +350,121 @@ func (d *decoder) Close() error {
 	return d.sess.Destroy()
 }
 
-// Chat validates and renders the request, waits for a decoding slot and
-// runs the decode loop on a KV cache of its own.
+// BatchStats returns the scheduler's counters.
+func (d *decoder) BatchStats() engine.BatchStats { return d.sched.stats() }
+
+// PrefixStats returns the prefix cache's counters (zero when disabled).
+func (d *decoder) PrefixStats() engine.PrefixStats {
+	if d.prefix == nil {
+		return engine.PrefixStats{}
+	}
+	return d.prefix.stats()
+}
+
+// Chat validates and renders the request, waits for admission to the
+// batch (or fails with engine.BusyError when the queue is full) and runs
+// the generation loop, whose Forward calls the scheduler serves. Deltas
+// reach onDelta through a goroutine of their own, in order, so a slow
+// client never holds back the batch's next step.
 func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func(engine.ChatDelta) error) (engine.ChatResponse, error) {
 	plan, err := d.model.Prepare(req)
 	if err != nil {
 		return engine.ChatResponse{}, err
 	}
-	select {
-	case d.slots <- struct{}{}:
-	case <-ctx.Done():
-		return engine.ChatResponse{}, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return engine.ChatResponse{}, err
 	}
-	defer func() { <-d.slots }()
-	kv, err := d.newStream(len(plan.Prompt) + plan.MaxTokens)
+	q, err := d.sched.admit(ctx, len(plan.Prompt)+plan.MaxTokens)
 	if err != nil {
 		return engine.ChatResponse{}, err
 	}
-	defer kv.close()
-	// The terminate callback may already be running when Generate returns;
-	// RunCancellable waits for it before kv.close destroys the run options
-	// it uses (a data race the race detector found, and a use-after-free in C).
-	var resp engine.ChatResponse
-	err = RunCancellable(ctx, kv.opts, func() error {
-		var gerr error
-		resp, gerr = d.model.Generate(ctx, plan, kv, onDelta)
-		return gerr
-	})
+	defer q.close()
+	var p *deltaPump
+	send := onDelta
+	if onDelta != nil {
+		p = newDeltaPump(onDelta)
+		send = p.send
+	}
+	resp, err := d.model.Generate(ctx, plan, q, send)
+	if p != nil {
+		if perr := p.finish(); err == nil {
+			err = perr
+		}
+	}
 	if err != nil && ctx.Err() != nil {
 		return resp, ctx.Err()
 	}
 	return resp, err
+}
+
+// deltaPump passes deltas to a callback from a goroutine of its own, in
+// order. The first error the callback returns is reported by the next send
+// and by finish.
+type deltaPump struct {
+	fn   func(engine.ChatDelta) error
+	mu   sync.Mutex
+	wake *sync.Cond
+	buf  []engine.ChatDelta
+	err  error
+	end  bool
+	done chan struct{}
+}
+
+func newDeltaPump(fn func(engine.ChatDelta) error) *deltaPump {
+	p := &deltaPump{fn: fn, done: make(chan struct{})}
+	p.wake = sync.NewCond(&p.mu)
+	go p.run()
+	return p
+}
+
+func (p *deltaPump) run() {
+	defer close(p.done)
+	var batch []engine.ChatDelta
+	for {
+		p.mu.Lock()
+		for len(p.buf) == 0 && !p.end {
+			p.wake.Wait()
+		}
+		if len(p.buf) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		batch, p.buf = p.buf, batch[:0]
+		p.mu.Unlock()
+		for _, dl := range batch {
+			if err := p.fn(dl); err != nil {
+				p.mu.Lock()
+				p.err, p.end, p.buf = err, true, nil
+				p.mu.Unlock()
+				return
+			}
+		}
+	}
+}
+
+// send queues d, or returns the callback's error.
+func (p *deltaPump) send(d engine.ChatDelta) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	if !p.end {
+		p.buf = append(p.buf, d)
+		p.wake.Signal()
+	}
+	return nil
+}
+
+// finish waits until every queued delta is delivered and returns the
+// callback's error, if any.
+func (p *deltaPump) finish() error {
+	p.mu.Lock()
+	p.end = true
+	p.wake.Signal()
+	p.mu.Unlock()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
 }

@@ -7,8 +7,10 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 )
 
-// kvStream is one request's decoding state: its KV cache and the buffers
-// the session reads and writes. The cache lives in two Go buffers per
+// kvStream is one sequence's own KV cache and the buffers the session
+// reads and writes: the scheduler prefills a prompt on one (in chunks,
+// interleaved with the batch's decode steps) before the sequence joins the
+// batch (see batchKV); tests use one alone as the unbatched reference. The cache lives in two Go buffers per
 // layer and kind, sized once for the whole request: a step reads the past
 // from one (past_key_values.N.*) and the model writes past plus the new
 // positions into the other (present.N.*), then they swap. So nothing is
@@ -28,9 +30,10 @@ type kvStream struct {
 	values []ort.Value // scratch: the run's inputs then outputs
 }
 
-// newStream allocates the buffers for up to total positions.
+// newStream allocates the buffers for up to total positions; a run takes
+// at most the decoder's prefill chunk.
 func (d *decoder) newStream(total int) (*kvStream, error) {
-	chunk := max(1, min(256, logitsChunkSize/d.vocabRows))
+	chunk := max(1, min(d.chunk, total))
 	kv := &kvStream{
 		d:      d,
 		cur:    make([][]float32, 2*d.layers),
@@ -145,7 +148,7 @@ func (kv *kvStream) run(ids []int64) ([]float32, error) {
 			return nil, err
 		}
 	}
-	if err := kv.exec(kv.values[:nIn], kv.values[nIn:]); err != nil {
+	if err := d.exec(kv.values[:nIn], kv.values[nIn:], kv.opts); err != nil {
 		return nil, err
 	}
 	kv.cur, kv.next = kv.next, kv.cur
@@ -153,16 +156,38 @@ func (kv *kvStream) run(ids []int64) ([]float32, error) {
 	return kv.logits[(s-1)*d.vocabRows : s*d.vocabRows], nil
 }
 
-// exec runs the session unless the engine is closed.
-func (kv *kvStream) exec(in, out []ort.Value) error {
-	d := kv.d
+// exec runs the session with opts unless the engine is closed.
+func (d *decoder) exec(in, out []ort.Value, opts *ort.RunOptions) error {
 	d.life.RLock()
 	defer d.life.RUnlock()
 	if d.closed {
 		return errEngineClosed
 	}
-	if err := d.sess.RunWithOptions(in, out, kv.opts); err != nil {
+	if err := d.sess.RunWithOptions(in, out, opts); err != nil {
 		return fmt.Errorf("onnx: %s: run: %w", d.id, err)
 	}
 	return nil
+}
+
+// preload fills an empty stream with the cached blocks of a prompt's
+// prefix (each per layer-kind [kvHeads, block, headDim]), so the next run
+// continues after them.
+func (kv *kvStream) preload(chain []*prefixBlock, block int) {
+	d := kv.d
+	past, hd := len(chain)*block, d.headDim
+	for i, buf := range kv.cur {
+		for h := range d.kvHeads {
+			for c, b := range chain {
+				at := (h*past + c*block) * hd
+				copy(buf[at:at+block*hd], b.kv[i][h*block*hd:(h+1)*block*hd])
+			}
+		}
+	}
+	kv.past = past
+}
+
+// plane returns layer-kind i's head h of the cache as [past, headDim].
+func (kv *kvStream) plane(i, h int) []float32 {
+	n := kv.past * kv.d.headDim
+	return kv.cur[i][h*n : (h+1)*n]
 }

@@ -1,0 +1,238 @@
+package onnx
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/infermesh/infermesh/node/engine"
+)
+
+// benchAnswerTokens is the answer length of the batching benchmarks.
+const benchAnswerTokens = 64
+
+// benchLlamaDir returns the SmolLM2-135M-shaped benchmark model, generating
+// it on first use into ~/.cache/infermesh/models/bench-smollm2-135m (about
+// 650 MB; a temporary folder renamed into place, so a crashed run leaves
+// nothing half-written behind the name).
+func benchLlamaDir(tb testing.TB) string {
+	tb.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := filepath.Join(cache, "infermesh", "models", "bench-smollm2-135m")
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
+		return dir
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "models", "gen_bench_llama.py"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	python := os.Getenv("INFERMESH_PYTHON")
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".bench-smollm2-135m-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	if out, err := exec.Command(python, script, tmp).CombinedOutput(); err != nil {
+		tb.Fatalf("run %s: %v\n%s", script, err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "manifest.json")); serr != nil {
+			tb.Fatal(err) // not another process winning the race
+		}
+	}
+	return dir
+}
+
+// streamTiming is what one streamed request measured.
+type streamTiming struct {
+	ttft   time.Duration // request start to the first content delta
+	tpot   time.Duration // mean time between tokens after the first
+	tokens int
+}
+
+// timedChat runs req streaming and times it; once progressAt content
+// deltas have arrived (or the answer ended), progress (if not nil) is
+// closed.
+func timedChat(b *testing.B, d *decoder, req engine.ChatRequest, progressAt int, progress chan struct{}) streamTiming {
+	start := time.Now()
+	var first, last time.Time
+	n := 0
+	resp, err := d.Chat(context.Background(), req, func(dl engine.ChatDelta) error {
+		if dl.Content == "" {
+			return nil
+		}
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		last = now
+		if n++; progress != nil && n == progressAt {
+			close(progress)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Error(err)
+	}
+	if progress != nil && n < progressAt {
+		close(progress)
+	}
+	t := streamTiming{tokens: resp.Usage.CompletionTokens}
+	if !first.IsZero() {
+		t.ttft = first.Sub(start)
+		if t.tokens > 1 {
+			t.tpot = last.Sub(first) / time.Duration(t.tokens-1)
+		}
+	}
+	return t
+}
+
+// benchPrompt is stream i's question (distinct, so answers differ).
+func benchPrompt(i int) []engine.ChatMessage {
+	topics := []string{"the weather in Paris", "a farmer at the market", "the old stone bridge", "gossip between nodes",
+		"the baker and the oven", "counting to ten", "a cold morning", "cheap flights to Rome"}
+	return userMsg(fmt.Sprintf("Tell me about %s, please.", topics[i%len(topics)]))
+}
+
+// BenchmarkChatBatching measures continuous batching on the generated
+// SmolLM2-135M-shaped decoder with 64-token greedy answers:
+//   - streams=1: one request at a time;
+//   - streams=8/burst: eight requests start together;
+//   - streams=8/staggered: request k starts when request k-1 has streamed
+//     8 tokens (arrivals spread over one answer, as with users who do not
+//     press enter at the same instant).
+//
+// Metrics: tok/s (aggregate completion tokens per second of wall time),
+// tpot_ms (mean per-stream time per output token after the first),
+// ttft_ms (mean time to the first token). Compare the 8-stream figures with
+// streams=1 (targets: tok/s ≥ 3×, tpot ≤ 2×, ttft ≤ 3×).
+func BenchmarkChatBatching(b *testing.B) {
+	d := loadTinyLlamaOpts(b, benchLlamaDir(b), map[string]string{"prefix_cache_mb": "0"})
+	for _, bc := range []struct {
+		name      string
+		streams   int
+		staggered bool
+	}{{"streams=1", 1, false}, {"streams=8/burst", 8, false}, {"streams=8/staggered", 8, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var all []streamTiming
+			var wall time.Duration
+			for b.Loop() {
+				res := make([]streamTiming, bc.streams)
+				var wg sync.WaitGroup
+				start := time.Now()
+				prev := make(chan struct{})
+				close(prev)
+				for i := range bc.streams {
+					var mine chan struct{}
+					if bc.staggered {
+						<-prev
+						mine = make(chan struct{})
+						prev = mine
+					}
+					req := engine.ChatRequest{Messages: benchPrompt(i), MaxTokens: benchAnswerTokens, Temperature: temp(0)}
+					wg.Go(func() { res[i] = timedChat(b, d, req, benchAnswerTokens/8, mine) })
+				}
+				wg.Wait()
+				wall += time.Since(start)
+				all = append(all, res...)
+			}
+			var tokens int
+			var ttft, tpot time.Duration
+			for _, t := range all {
+				tokens += t.tokens
+				ttft += t.ttft
+				tpot += t.tpot
+			}
+			n := time.Duration(len(all))
+			b.ReportMetric(float64(tokens)/wall.Seconds(), "tok/s")
+			b.ReportMetric(float64(ttft/n)/1e6, "ttft_ms")
+			b.ReportMetric(float64(tpot/n)/1e6, "tpot_ms")
+			b.ReportMetric(float64(tokens)/float64(len(all)), "tokens/answer")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+	st := d.BatchStats()
+	b.Logf("batch stats: %+v (mean rows per step %.2f)", st, float64(st.StepRows)/float64(max(1, st.Steps)))
+}
+
+// benchConversation is a conversation of about 1,000 prompt tokens on the
+// test tokenizer, ending with an assistant turn.
+func benchConversation() []engine.ChatMessage {
+	para := []string{
+		"Every node keeps a table of its peers: their names, their addresses, how many requests they are serving, which models they have loaded and how fast they answered recently.",
+		"The table travels between nodes by gossip, a little at a time, so it is never exact but always close.",
+		"It was a cold morning in the mountains. The river ran fast under the old stone bridge, and the village was still asleep.",
+		"A farmer walked to the market with a basket of apples, bread and cheese. The baker had already lit the oven.",
+	}
+	msgs := []engine.ChatMessage{{Role: "system", Content: "You are a helpful assistant who answers questions about the mesh. " + strings.Join(para, " ")}}
+	for i := range 4 {
+		msgs = append(msgs,
+			engine.ChatMessage{Role: "user", Content: fmt.Sprintf("Question %d: %s What does that mean for a request?", i+1, para[i%len(para)])},
+			engine.ChatMessage{Role: "assistant", Content: para[(i+1)%len(para)] + " " + para[(i+2)%len(para)]})
+	}
+	return msgs
+}
+
+// BenchmarkChatPrefixFollowUp measures the time to the first token of a
+// follow-up turn of a ~1,000-token conversation, without the prefix cache
+// (cold_ttft_ms) and with the conversation so far cached (hit_ttft_ms; the
+// earlier turns' prompt was served once before). speedup is cold / hit
+// (target ≥ 4). Each iteration asks a new question, so only the history
+// can hit.
+func BenchmarkChatPrefixFollowUp(b *testing.B) {
+	dir := benchLlamaDir(b)
+	cold := loadTinyLlamaOpts(b, dir, map[string]string{"prefix_cache_mb": "0"})
+	warm := loadTinyLlamaOpts(b, dir, map[string]string{"prefix_cache_mb": "256"})
+	history := benchConversation()
+	if _, err := warm.Chat(context.Background(), engine.ChatRequest{Messages: history[:len(history)-1], MaxTokens: 1, Temperature: temp(0)}, nil); err != nil {
+		b.Fatal(err)
+	}
+	var coldT, hitT []time.Duration
+	prompt := 0
+	i := 0
+	for b.Loop() {
+		i++
+		req := engine.ChatRequest{Messages: append(append([]engine.ChatMessage(nil), history...),
+			engine.ChatMessage{Role: "user", Content: fmt.Sprintf("And what about question %d?", 100+i)}), MaxTokens: 1, Temperature: temp(0)}
+		start := time.Now()
+		resp, err := cold.Chat(context.Background(), req, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		coldT = append(coldT, time.Since(start))
+		prompt = resp.Usage.PromptTokens
+		start = time.Now()
+		if _, err := warm.Chat(context.Background(), req, nil); err != nil {
+			b.Fatal(err)
+		}
+		hitT = append(hitT, time.Since(start))
+	}
+	med := func(v []time.Duration) time.Duration {
+		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		return v[len(v)/2]
+	}
+	c, h := med(coldT), med(hitT)
+	b.ReportMetric(float64(c)/1e6, "cold_ttft_ms")
+	b.ReportMetric(float64(h)/1e6, "hit_ttft_ms")
+	b.ReportMetric(float64(c)/float64(h), "speedup")
+	b.ReportMetric(float64(prompt), "prompt_tokens")
+	b.ReportMetric(0, "ns/op")
+	st := warm.PrefixStats()
+	b.Logf("prefix stats: %+v", st)
+}
