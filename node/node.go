@@ -101,6 +101,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}()
 	n.engines = newEngines(cfg, n.log, store)
+	n.reg.MustRegister(newChatCollector(n.engines))
 	if err := n.initUpstream(); err != nil {
 		return nil, err
 	}

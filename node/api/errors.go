@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/infermesh/infermesh/node/engine"
 )
@@ -126,6 +127,17 @@ func writeErr(w http.ResponseWriter, err error) {
 	var ie *engine.InputError
 	if errors.As(err, &ie) {
 		WriteError(w, BadRequest(CodeInvalidValue, ie.Param, ie.Msg))
+		return
+	}
+	if errors.Is(err, engine.ErrBusy) {
+		// The model's batch and its queue are full: retry shortly.
+		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "", "The model is serving as many requests as it can hold; retry shortly.")
+		e.RetryAfter = 1
+		var be *engine.BusyError
+		if errors.As(err, &be) && be.RetryAfter > time.Second {
+			e.RetryAfter = int((be.RetryAfter + time.Second - 1) / time.Second)
+		}
+		WriteError(w, e)
 		return
 	}
 	if errors.Is(err, ErrModelNotFound) {

@@ -51,6 +51,9 @@ type decoder struct {
 	positions bool
 	branch    bool // use_cache_branch input (merged decoders)
 	chunk     int  // prefill positions per run
+	// defaults are the model's generation_config.json sampling defaults,
+	// applied to parameters a request leaves unset.
+	defaults chat.GenerationDefaults
 	sched     *scheduler
 	prefix    *prefixCache // nil: disabled
 
@@ -174,7 +177,13 @@ func newDecoder(spec engine.Spec) (*decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &decoder{id: spec.ID, model: m, chunk: defaultPrefillChunk}, nil
+	var gen chat.GenerationDefaults
+	if f := spec.Files["generation_config"]; f != "" {
+		if gen, err = chat.LoadGenerationDefaults(filepath.Join(spec.Dir, f)); err != nil {
+			return nil, err
+		}
+	}
+	return &decoder{id: spec.ID, model: m, chunk: defaultPrefillChunk, defaults: gen}, nil
 }
 
 // eosIDs collects the end-of-sequence ids from generation_config.json
@@ -367,6 +376,7 @@ func (d *decoder) PrefixStats() engine.PrefixStats {
 // reach onDelta through a goroutine of their own, in order, so a slow
 // client never holds back the batch's next step.
 func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func(engine.ChatDelta) error) (engine.ChatResponse, error) {
+	d.defaults.Apply(&req)
 	plan, err := d.model.Prepare(req)
 	if err != nil {
 		return engine.ChatResponse{}, err
