@@ -7,7 +7,7 @@ GOFLAGS_LD := -ldflags "-X main.version=$(VERSION)"
 DATA ?= data
 export PATH := $(CACHE)/bin:$(PATH)
 
-.PHONY: all build run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-short
+.PHONY: all build run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short
 
 all: build
 
@@ -28,6 +28,7 @@ assets: deps
 	scripts/assets-ref.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
+	/usr/bin/python3 testdata/models/gen_tiny_sd.py $(CACHE)/models
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
 # models installed into ./data.
@@ -67,10 +68,17 @@ bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...
 
 # Every full-length chaos scenario (5 real nodes each, about 12 min) in a
-# private network namespace; partition scenarios need root + iptables and
-# are listed as skipped otherwise. Report, summary and timeline.png go to
-# chaos/out/<time>/.
+# private network namespace, secured: TLS on every client port and mutual
+# TLS between nodes (certificates from a CA the run makes), a cluster
+# secret, keyed clients. The cleartext transport is covered by the short
+# suite in `make test` (TestChaosShort) and in full by `make chaos-plain`.
+# Partition scenarios need root + iptables and are listed as skipped
+# otherwise. Report, summary and timeline.png go to chaos/out/<time>/.
 chaos: build assets
+	go run ./chaos/cmd/chaos -scenarios all -secure -bin $(BIN)
+
+# The same scenarios with cleartext client and node-to-node ports.
+chaos-plain: build assets
 	go run ./chaos/cmd/chaos -scenarios all -bin $(BIN)
 
 # The short versions of scenarios 1 and 4 (about 1 min).

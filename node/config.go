@@ -129,6 +129,10 @@ type Config struct {
 	MaxConnsPerClient int
 	// Legacy configures the legacy (Ollama-shaped) API; off by default.
 	Legacy LegacyConfig
+	// ImageConcurrency is how many image jobs (generation and operations
+	// on local pipelines) run at once (default 1); ImageQueue how many
+	// more may wait (default 2). Beyond both: 503 with Retry-After.
+	ImageConcurrency, ImageQueue int
 	// Limits configures rates, the busy gate and the plan (see limits.go).
 	Limits LimitsConfig
 	// Audit configures the signed audit log (see audit.go).
@@ -185,6 +189,9 @@ func Defaults() Config {
 		ImageBudget:       imagecodec.DefaultBudget,
 
 		PullStallTimeout: 30 * time.Second,
+
+		ImageConcurrency: 1,
+		ImageQueue:       2,
 
 		Audit: AuditConfig{Enabled: true, Retention: 90 * 24 * time.Hour, MaxFiles: 1000, MaxFileBytes: 64 << 20},
 	}
@@ -269,6 +276,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Join) > 0 && c.ClusterSecret == "" {
 		errs = append(errs, errors.New("cluster secret is empty: nodes that join a mesh need --cluster-secret (the same on every node)"))
+	}
+	if c.ImageConcurrency < 1 || c.ImageConcurrency > 64 || c.ImageQueue < 0 || c.ImageQueue > 10000 {
+		errs = append(errs, fmt.Errorf("image concurrency %d / queue %d: want 1..64 and 0..10000", c.ImageConcurrency, c.ImageQueue))
 	}
 	errs = append(errs, c.Limits.validate()...)
 	errs = append(errs, c.Audit.validate()...)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/diffusion"
 	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/engine/tts"
 	"github.com/infermesh/infermesh/node/engine/upscale"
@@ -179,6 +180,8 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 				eng, err = whisper.LoadVAD(rt, spec)
 			case engine.TaskImageUpscale:
 				eng, err = upscale.LoadUpscaler(rt, spec)
+			case engine.TaskImageGeneration:
+				eng, err = diffusion.LoadImageGenerator(rt, spec)
 			default:
 				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/limits"
 )
@@ -108,4 +109,21 @@ func (n *Node) seedPlan(ctx context.Context) {
 	if err != nil {
 		n.log.Warn("could not seed the plan into the replicated policy", "err", err)
 	}
+}
+
+// ImageGate is the node's image gate (api.ImageGater): ImageConcurrency
+// jobs at once, ImageQueue waiting; its depth is gossiped.
+func (n *Node) ImageGate() *api.ImageGate { return n.imageGate }
+
+// newImageGate builds the image gate; each change of its depth goes into
+// the node's gossip record (queue depth), which routes image work to the
+// least-queued holder.
+func (n *Node) newImageGate() *api.ImageGate {
+	g := api.NewImageGate(n.cfg.ImageConcurrency, n.cfg.ImageQueue)
+	g.OnChange(func(depth int) {
+		if c := n.cluster; c != nil && c.mesh != nil {
+			c.mesh.SetQueueDepth(depth)
+		}
+	})
+	return g
 }

@@ -44,21 +44,22 @@ type Node struct {
 	batches *batch.Manager
 	api     *api.Server
 
-	cluster  *cluster
-	authn    *auth.Authenticator
-	limiter  *limits.Limiter
-	gate     *limits.Gate // busy gate ordering engine work by priority
-	fatalCh  chan error
-	fatalOne sync.Once
-	ln       net.Listener
-	srv      *http.Server
-	legacy   *legacyServer
-	tls      *tlsState
-	served   chan error
-	started  time.Time
-	draining atomic.Bool
-	stopOnce sync.Once
-	lock     *dataLock
+	cluster   *cluster
+	authn     *auth.Authenticator
+	limiter   *limits.Limiter
+	gate      *limits.Gate   // busy gate ordering engine work by priority
+	imageGate *api.ImageGate // image jobs at once and waiting
+	fatalCh   chan error
+	fatalOne  sync.Once
+	ln        net.Listener
+	srv       *http.Server
+	legacy    *legacyServer
+	tls       *tlsState
+	served    chan error
+	started   time.Time
+	draining  atomic.Bool
+	stopOnce  sync.Once
+	lock      *dataLock
 }
 
 // New validates cfg and builds a node; nothing listens until Start.
@@ -102,6 +103,7 @@ func New(cfg Config) (*Node, error) {
 	}()
 	n.engines = newEngines(cfg, n.log, store)
 	n.reg.MustRegister(newChatCollector(n.engines))
+	n.imageGate = n.newImageGate()
 	if err := n.initUpstream(); err != nil {
 		return nil, err
 	}

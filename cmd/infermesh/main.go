@@ -119,6 +119,8 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.Weight, "weight", "SERVICE_WEIGHT", cfg.Weight, "this node's weight for the weighted strategy")
 	f.Bool(&cfg.Canary, "canary", "SERVICE_CANARY", cfg.Canary, "mark this node canary")
 	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
+	f.Int(&cfg.ImageConcurrency, "image-concurrency", "SERVICE_IMAGE_CONCURRENCY", cfg.ImageConcurrency, "image jobs (generation, operations) run at once on this node")
+	f.Int(&cfg.ImageQueue, "image-queue", "SERVICE_IMAGE_QUEUE", cfg.ImageQueue, "image jobs that may wait for a turn; beyond them 503 with Retry-After")
 	l := &cfg.Limits
 	f.Int64(&l.KeyRPM, "rpm", "SERVICE_RPM", l.KeyRPM, "requests per minute for each API key that sets no rpm of its own (0: no limit)")
 	f.Int64(&l.ClientRPM, "client-rpm", "SERVICE_CLIENT_RPM", l.ClientRPM, "requests per minute per client address, IPv6 by /64 (0: no limit; the local operator is exempt)")

@@ -1,7 +1,9 @@
 package route
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -28,6 +30,10 @@ type Facts struct {
 	// still come first: 0 means DefaultPrefixSlack, a negative value
 	// means none (the holder must be among the least loaded).
 	PrefixSlack int
+	// LeastQueued orders each group by the peers' gossiped queue depth
+	// first (the strategy breaks ties): heavy work such as image
+	// generation goes to the holder with the shortest queue.
+	LeastQueued bool
 }
 
 // Result is the outcome of ranking.
@@ -101,6 +107,9 @@ func Rank(s Strategy, f Facts, peers []Peer) Result {
 	res.Candidates = make([]Peer, 0, n)
 	for _, g := range append(groups[:], maybe) {
 		order(s, &f, g)
+		if f.LeastQueued {
+			slices.SortStableFunc(g, func(a, b *Peer) int { return cmp.Compare(a.QueueDepth, b.QueueDepth) })
+		}
 		for _, p := range g {
 			res.Candidates = append(res.Candidates, *p)
 		}

@@ -432,3 +432,23 @@ func TestCanaryBucketRange(t *testing.T) {
 		t.Fatal("the empty caller must have no bucket")
 	}
 }
+
+func TestLeastQueuedPrefersTheShortestQueue(t *testing.T) {
+	peers := []Peer{ready("a", "m"), ready("b", "m"), ready("c", "m")}
+	peers[0].QueueDepth, peers[1].QueueDepth, peers[2].QueueDepth = 3, 0, 1
+	for n := uint64(0); n < 6; n++ {
+		got := ids(Rank(RoundRobin, Facts{Model: "m", Counter: n, LeastQueued: true}, peers).Candidates)
+		if !slices.Equal(got, []string{"b", "c", "a"}) {
+			t.Fatalf("counter %d: %v, want b c a", n, got)
+		}
+	}
+	// Equal queues leave the strategy's order.
+	peers[0].QueueDepth, peers[1].QueueDepth, peers[2].QueueDepth = 0, 0, 0
+	seen := map[string]bool{}
+	for n := uint64(0); n < 3; n++ {
+		seen[Rank(RoundRobin, Facts{Model: "m", Counter: n, LeastQueued: true}, peers).Candidates[0].ID] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("round-robin under equal queues reached %v", seen)
+	}
+}

@@ -1,10 +1,19 @@
 package api
 
 import (
+	"bytes"
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"image"
+	"image/png"
+	"math"
 	"net/http"
 	"slices"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/infermesh/infermesh/node/engine"
@@ -55,6 +64,12 @@ type imageRequest struct {
 	Background      string          `json:"background"`
 	OutputFormat    string          `json:"output_format"`
 	User            string          `json:"user"`
+	// Local pipeline extensions: the negative prompt, the number of
+	// denoising steps and the two guidance scales.
+	NegativePrompt     *string  `json:"negative_prompt"`
+	Steps              *int     `json:"num_inference_steps"`
+	GuidanceScale      *float64 `json:"guidance_scale"`
+	ImageGuidanceScale *float64 `json:"image_guidance_scale"`
 }
 
 // parsedImages is a validated image generation request.
@@ -68,11 +83,25 @@ type parsedImages struct {
 	// Upscale is set for operation "upscale", which takes an image and
 	// no prompt and is served by an image-upscale model (upscale.go).
 	Upscale *upscaleRequest
+	// Local is the request as a local pipeline runs it.
+	Local localImages
 }
 
 // parseImages validates an image generation body against the spec's
 // ranges. Which operations a model supports is checked in the handler.
 func parseImages(body []byte) (*parsedImages, error) {
+	return parseImageBody(body, false)
+}
+
+// promptOptional are the operations that may come without a prompt when
+// parseImageBody allows it.
+func promptOptional(op string) bool {
+	return op == engine.OpVariations || op == engine.OpRemoveBackground || op == engine.OpLayers
+}
+
+// parseImageBody is parseImages; with optionalPrompt, operations
+// variations, remove-background and layers may leave the prompt out.
+func parseImageBody(body []byte, optionalPrompt bool) (*parsedImages, error) {
 	var in imageRequest
 	if err := decodeStrict(body, &in); err != nil {
 		return nil, err
@@ -80,7 +109,10 @@ func parseImages(body []byte) (*parsedImages, error) {
 	if in.Model == "" {
 		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
 	}
-	if in.Prompt == nil || *in.Prompt == "" {
+	if in.Prompt == nil && optionalPrompt && promptOptional(in.Operation) {
+		in.Prompt = new(string)
+	}
+	if in.Prompt == nil || (*in.Prompt == "" && !(optionalPrompt && promptOptional(in.Operation))) {
 		return nil, BadRequest(CodeMissingParam, "prompt", "You must provide a prompt.")
 	}
 	if utf8.RuneCountInString(*in.Prompt) > MaxImagePrompt {
@@ -128,7 +160,11 @@ func parseImages(body []byte) (*parsedImages, error) {
 			return nil, BadRequest(CodeInvalidValue, o.name, fmt.Sprintf("'%s' is longer than %d characters.", o.name, maxImageOption))
 		}
 	}
-	p := &parsedImages{Model: in.Model, Req: engine.ImageRequest{
+	local, err := parseLocalImages(&in, w, h)
+	if err != nil {
+		return nil, err
+	}
+	p := &parsedImages{Model: in.Model, Local: local, Req: engine.ImageRequest{
 		Prompt: *in.Prompt, N: n, Size: size, Seed: in.Seed, ResponseFormat: "b64_json",
 		Quality: in.Quality, Style: in.Style, Background: in.Background, OutputFormat: in.OutputFormat, User: in.User,
 	}}
@@ -161,9 +197,11 @@ type imageObject struct {
 }
 
 // imagesGenerations serves POST /v1/images/generations with the model's
-// image generation engine (an upstream provider's image model; no local
-// runtime generates images). A model of another task is a 400
-// model_not_supported.
+// image generation engine: a local pipeline (engine.ImageOperator) runs
+// every operation under the node's image gate; an
+// upstream provider's image model makes images from text only. A model of
+// another task is a 400 model_not_supported, but operation
+// "remove-background" may name a background-removal model.
 func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
 	// The body may carry an image to upscale, hence the image body limit.
 	p, ok := decodeRequest(w, r, MaxImageBody, parseImagesOrUpscale)
@@ -174,8 +212,15 @@ func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
 		s.imagesUpscale(w, r, p.Upscale)
 		return
 	}
+	if p.Local.Op == engine.OpRemoveBackground && s.removeBackgroundModel(w, r, p) {
+		return
+	}
 	m, gen, ok := modelEngine(s, w, r, p.Model, s.opt.Backend.ImageGenerator)
 	if !ok {
+		return
+	}
+	if op, local := gen.(engine.ImageOperator); local {
+		s.imagesLocal(w, r, p, op)
 		return
 	}
 	if p.Operation != "" {
@@ -198,4 +243,341 @@ func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
 	}
 	reportUsage(w, 0, int64(len(data))) // output images
 	writeJSON(w, http.StatusOK, map[string]any{"created": created, "data": data})
+}
+
+// Local pipeline limits beyond the spec's (the spec leaves these open).
+const (
+	maxImageSteps    = 200
+	maxImageGuidance = 50
+)
+
+// localImages is an image request as a local pipeline (ImageOperator)
+// runs it; the pictures are still base64.
+type localImages struct {
+	// Op is the engine operation: the explicit one, else inpaint for a
+	// mask, img2img for an image, else text to image.
+	Op string
+	// Width and Height are the asked size; 0 when size was not given
+	// (operations on a picture then keep its size).
+	Width, Height                     int
+	Image, Mask, ControlImage         *string
+	Strength, ControlScale            *float64
+	GuidanceScale, ImageGuidanceScale *float64
+	OutpaintPercent                   float64
+	ControlType                       string
+	LayerCount                        int
+	SafetyCheck                       bool
+	Steps                             int
+	NegativePrompt                    string
+	// References counts reference_images (no local model takes them).
+	References int
+}
+
+// needsImage are the operations that work on a picture.
+func needsImage(op string) bool {
+	switch op {
+	case engine.OpImg2Img, engine.OpInpaint, engine.OpOutpaint, engine.OpVariations, engine.OpEdit, engine.OpLayers, engine.OpRemoveBackground:
+		return true
+	}
+	return false
+}
+
+// parseLocalImages checks the fields only local pipelines read, naming
+// each bad one, and gathers them; w x h is the parsed size.
+func parseLocalImages(in *imageRequest, w, h int) (localImages, error) {
+	l := localImages{Image: in.Image, Mask: in.Mask, ControlImage: in.ControlImage, Strength: in.Strength,
+		ControlScale: in.ControlScale, GuidanceScale: in.GuidanceScale, ImageGuidanceScale: in.ImageGuidanceScale,
+		ControlType: in.ControlType}
+	if in.Size != "" {
+		l.Width, l.Height = w, h
+	}
+	switch {
+	case in.Operation != "":
+		l.Op = in.Operation
+	case in.Mask != nil:
+		l.Op = engine.OpInpaint
+	case in.Image != nil:
+		l.Op = engine.OpImg2Img
+	}
+	if needsImage(in.Operation) && (in.Image == nil || *in.Image == "") {
+		return l, BadRequest(CodeMissingParam, "image", fmt.Sprintf("Operation '%s' needs an image (base64 or a data: URL).", in.Operation))
+	}
+	if l.Op == engine.OpInpaint && (in.Mask == nil || *in.Mask == "") {
+		return l, BadRequest(CodeMissingParam, "mask", "Operation 'inpaint' needs a mask (white areas are repainted).")
+	}
+	if in.Mask != nil && in.Image == nil {
+		return l, BadRequest(CodeMissingParam, "image", "A mask is used with an image; you must provide the image.")
+	}
+	if in.OutpaintPercent != nil {
+		if p := *in.OutpaintPercent; !(p > 0 && p <= engine.MaxOutpaintPercent) {
+			return l, BadRequest(CodeInvalidValue, "outpaint_percent", fmt.Sprintf("'outpaint_percent' must be above 0 and at most %d (percent of each side).", engine.MaxOutpaintPercent))
+		}
+		l.OutpaintPercent = *in.OutpaintPercent
+	}
+	if in.ControlScale != nil && (*in.ControlScale < 0 || *in.ControlScale > engine.MaxControlScale) {
+		return l, BadRequest(CodeInvalidValue, "control_scale", fmt.Sprintf("'control_scale' must be between 0 and %d.", engine.MaxControlScale))
+	}
+	if in.LayerCount != nil {
+		if *in.LayerCount > engine.MaxLayerCount {
+			return l, BadRequest(CodeInvalidValue, "layer_count", fmt.Sprintf("'layer_count' must be between 1 and %d.", engine.MaxLayerCount))
+		}
+		l.LayerCount = *in.LayerCount
+	}
+	if in.Steps != nil {
+		if *in.Steps < 1 || *in.Steps > maxImageSteps {
+			return l, BadRequest(CodeInvalidValue, "num_inference_steps", fmt.Sprintf("'num_inference_steps' must be between 1 and %d.", maxImageSteps))
+		}
+		l.Steps = *in.Steps
+	}
+	for _, g := range []struct {
+		name string
+		v    *float64
+	}{{"guidance_scale", in.GuidanceScale}, {"image_guidance_scale", in.ImageGuidanceScale}} {
+		if g.v != nil && (*g.v < 0 || *g.v > maxImageGuidance) {
+			return l, BadRequest(CodeInvalidValue, g.name, fmt.Sprintf("'%s' must be between 0 and %d.", g.name, maxImageGuidance))
+		}
+	}
+	if in.NegativePrompt != nil {
+		if utf8.RuneCountInString(*in.NegativePrompt) > MaxImagePrompt {
+			return l, BadRequest(CodeInvalidValue, "negative_prompt", fmt.Sprintf("The negative prompt is longer than %d characters.", MaxImagePrompt))
+		}
+		l.NegativePrompt = *in.NegativePrompt
+	}
+	if len(in.ReferenceImages) > 0 && string(in.ReferenceImages) != "null" {
+		var refs []json.RawMessage
+		if err := json.Unmarshal(in.ReferenceImages, &refs); err != nil {
+			return l, BadRequest(CodeInvalidType, "reference_images", "'reference_images' must be an array of base64 images.")
+		}
+		l.References = len(refs)
+	}
+	l.SafetyCheck = in.SafetyCheck != nil && *in.SafetyCheck
+	return l, nil
+}
+
+// ImageGater is implemented by a Backend that bounds the image work its
+// node runs (spec Limits rule 4); without it image jobs are not gated.
+type ImageGater interface {
+	// ImageGate returns the node's gate (the same one on every call).
+	ImageGate() *ImageGate
+}
+
+// ImageGate bounds the image jobs a node runs at once and how many may
+// wait for a turn; a job beyond both is refused with 503 and Retry-After.
+type ImageGate struct {
+	slots    chan struct{}
+	maxQueue int
+	mu       sync.Mutex
+	queued   int
+	// avg is a moving average of job durations, for Retry-After.
+	avg time.Duration
+	// onChange, when set, hears every change of running+queued jobs (the
+	// node gossips it so image work goes to the least-queued holder).
+	onChange func(depth int)
+}
+
+// OnChange sets the function told the gate's depth (jobs running plus
+// waiting) after every change; set it before the gate is used.
+func (g *ImageGate) OnChange(f func(depth int)) { g.onChange = f }
+
+// changed reports the current depth to onChange.
+func (g *ImageGate) changed() {
+	if g.onChange != nil {
+		r, q := g.Depth()
+		g.onChange(r + q)
+	}
+}
+
+// NewImageGate makes a gate for concurrency jobs at once (at least 1) and
+// queue waiting ones (0: none wait).
+func NewImageGate(concurrency, queue int) *ImageGate {
+	return &ImageGate{slots: make(chan struct{}, max(concurrency, 1)), maxQueue: max(queue, 0)}
+}
+
+// Depth returns the jobs running and waiting now (the waiting count is what
+// the node gossips so the mesh sends image work to the least-queued
+// holder).
+func (g *ImageGate) Depth() (running, queued int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.slots), g.queued
+}
+
+// Acquire takes a turn, waiting in the queue while ctx allows; it returns
+// the release function, or a 503 server_overloaded with Retry-After when
+// the queue is full (or ctx's error when the caller left while waiting).
+func (g *ImageGate) Acquire(ctx context.Context) (func(), error) {
+	g.mu.Lock()
+	select {
+	case g.slots <- struct{}{}:
+		g.mu.Unlock()
+		g.changed()
+		return g.releaser(), nil
+	default:
+	}
+	if g.queued >= g.maxQueue {
+		retry := g.retryAfterLocked()
+		g.mu.Unlock()
+		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "", "Image generation is busy on this server; retry later.")
+		e.RetryAfter = retry
+		return nil, e
+	}
+	g.queued++
+	g.mu.Unlock()
+	g.changed()
+	defer func() {
+		g.mu.Lock()
+		g.queued--
+		g.mu.Unlock()
+		g.changed()
+	}()
+	select {
+	case g.slots <- struct{}{}:
+		return g.releaser(), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// releaser frees the slot and folds the job's duration into the average.
+func (g *ImageGate) releaser() func() {
+	start := time.Now()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d := time.Since(start)
+			g.mu.Lock()
+			if g.avg == 0 {
+				g.avg = d
+			} else {
+				g.avg = (3*g.avg + d) / 4
+			}
+			g.mu.Unlock()
+			<-g.slots
+			g.changed()
+		})
+	}
+}
+
+// retryAfterLocked estimates the seconds until a queue place frees: the
+// jobs ahead times the average job, per slot, at least 1.
+func (g *ImageGate) retryAfterLocked() int {
+	ahead := time.Duration(g.queued + 1)
+	s := int(math.Ceil((g.avg * ahead / time.Duration(cap(g.slots))).Seconds()))
+	return max(s, 1)
+}
+
+// imagesLocal runs a request on a local pipeline: the engine says whether
+// it can (400 naming the field with the reason), the node's gate admits
+// it (503 with Retry-After beyond the queue), the pictures are decoded
+// under the image budget, and the results come back as b64_json PNGs, with
+// safety_filtered counting the images the safety checker dropped when it
+// ran.
+func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedImages, op engine.ImageOperator) {
+	l := p.Local
+	if err := op.Supports(l.Op, l.ControlType, l.SafetyCheck); err != nil {
+		var ie *engine.InputError
+		if errors.As(err, &ie) && ie.Param == "operation" && p.OperationParam != "" && p.OperationParam != "control_image" && p.OperationParam != "safety_check" {
+			err = &engine.InputError{Param: p.OperationParam, Msg: ie.Msg}
+		}
+		writeErr(w, err)
+		return
+	}
+	if l.References > 0 {
+		WriteError(w, BadRequest(CodeInvalidValue, "reference_images", fmt.Sprintf("Model %s takes no reference images.", op.ID())))
+		return
+	}
+	if g, ok := s.opt.Backend.(ImageGater); ok && g.ImageGate() != nil {
+		release, err := g.ImageGate().Acquire(r.Context())
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		defer release()
+	}
+	job := engine.ImageJob{Operation: l.Op, Prompt: p.Req.Prompt, NegativePrompt: l.NegativePrompt, N: p.Req.N,
+		Width: l.Width, Height: l.Height, Seed: p.Req.Seed, Strength: l.Strength, OutpaintPercent: l.OutpaintPercent,
+		ControlType: l.ControlType, ControlScale: l.ControlScale, LayerCount: l.LayerCount, SafetyCheck: l.SafetyCheck,
+		Steps: l.Steps, GuidanceScale: l.GuidanceScale, ImageGuidanceScale: l.ImageGuidanceScale}
+	if job.Width == 0 && l.Op == engine.OpGenerate {
+		fmt.Sscanf(p.Req.Size, "%dx%d", &job.Width, &job.Height)
+	}
+	for _, f := range []struct {
+		name string
+		b64  *string
+		dst  *image.Image
+	}{{"image", l.Image, &job.Image}, {"mask", l.Mask, &job.Mask}, {"control_image", l.ControlImage, &job.ControlImage}} {
+		if f.b64 == nil {
+			continue
+		}
+		img, release, err := s.decodeImage(r, *f.b64)
+		if err != nil {
+			var ie *engine.InputError
+			if errors.As(err, &ie) {
+				err = &engine.InputError{Param: f.name, Msg: ie.Msg}
+			}
+			writeErr(w, err)
+			return
+		}
+		defer release()
+		*f.dst = img
+	}
+	if l.Op == engine.OpLayers || l.Op == engine.OpRemoveBackground {
+		// The node's background remover, for pipelines without their own.
+		if eng, _, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskBackgroundRemoval, ""); err == nil {
+			job.Segmenter, _ = eng.(engine.BackgroundRemover)
+		}
+	}
+	res, err := op.RunImages(r.Context(), job)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	data := make([]imageObject, 0, len(res.Images))
+	for _, im := range res.Images {
+		var buf bytes.Buffer
+		if err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, im); err != nil {
+			writeErr(w, err)
+			return
+		}
+		data = append(data, imageObject{B64JSON: base64.StdEncoding.EncodeToString(buf.Bytes())})
+	}
+	reportUsage(w, 0, int64(len(data))) // output images
+	body := map[string]any{"created": s.opt.Clock().Unix(), "data": data}
+	if l.SafetyCheck {
+		body["safety_filtered"] = res.Filtered
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// removeBackgroundModel serves operation "remove-background" when the
+// request names a background-removal model (ISNet) rather than a
+// diffusion pipeline; it reports whether it answered.
+func (s *Server) removeBackgroundModel(w http.ResponseWriter, r *http.Request, p *parsedImages) bool {
+	eng, _, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskBackgroundRemoval, p.Model)
+	if err != nil {
+		return false
+	}
+	rm, ok := eng.(engine.BackgroundRemover)
+	if !ok {
+		return false
+	}
+	img, release, err := s.decodeImage(r, *p.Local.Image)
+	if err != nil {
+		writeErr(w, err)
+		return true
+	}
+	defer release()
+	out, err := rm.RemoveBackground(r.Context(), img)
+	if err != nil {
+		writeErr(w, err)
+		return true
+	}
+	var buf bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, out); err != nil {
+		writeErr(w, err)
+		return true
+	}
+	reportUsage(w, 0, 1)
+	writeJSON(w, http.StatusOK, map[string]any{"created": s.opt.Clock().Unix(), "data": []imageObject{{B64JSON: base64.StdEncoding.EncodeToString(buf.Bytes())}}})
+	return true
 }

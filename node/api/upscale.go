@@ -25,14 +25,15 @@ type upscaleRequest struct {
 
 // parseImagesOrUpscale parses an image generation body: operation
 // "upscale" with parseUpscale (no prompt; parsedImages.Upscale set), any
-// other with parseImages.
+// other with parseImageBody, where variations, remove-background and
+// layers may come without a prompt.
 func parseImagesOrUpscale(body []byte) (*parsedImages, error) {
 	var in imageRequest
 	if err := decodeStrict(body, &in); err != nil {
 		return nil, err
 	}
 	if in.Operation != "upscale" {
-		return parseImages(body)
+		return parseImageBody(body, true)
 	}
 	if in.Model == "" {
 		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")

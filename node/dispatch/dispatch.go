@@ -204,6 +204,9 @@ func (d *Dispatcher) Serve(w http.ResponseWriter, r *http.Request, f Facts, body
 		Counter: n,
 		Seed:    route.Seed(n, d.salt),
 	}
+	// Image work is heavy and queued per node: the least-queued holder
+	// first (the strategy breaks ties).
+	rf.LeastQueued = strings.HasPrefix(r.URL.Path, "/v1/images/")
 	if pol.Strategy.PrefixAware() && strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		rf.Prefixes = prefix.RequestHashes(f.Model, body)
 	}

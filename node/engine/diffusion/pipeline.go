@@ -1,0 +1,458 @@
+package diffusion
+
+import (
+	"context"
+	"fmt"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// encodeText runs the text encoder on one prompt and returns its
+// [seq, hidden] embedding.
+func (e *Engine) encodeText(ctx context.Context, ro *ort.RunOptions, prompt string) ([]float32, error) {
+	ids, _ := e.tok.encode(prompt)
+	shape := ort.NewShape(1, int64(len(ids)))
+	var in ort.Value
+	if e.idsType == ort.TensorElementDataTypeInt64 {
+		t, err := ort.NewTensor(shape, ids)
+		if err != nil {
+			return nil, err
+		}
+		defer t.Destroy()
+		in = t
+	} else {
+		i32 := make([]int32, len(ids))
+		for i, v := range ids {
+			i32[i] = int32(v)
+		}
+		t, err := ort.NewTensor(shape, i32)
+		if err != nil {
+			return nil, err
+		}
+		defer t.Destroy()
+		in = t
+	}
+	out, err := newFTensor(e.text.outs[0].DataType, ort.NewShape(1, int64(len(ids)), int64(e.hidden)))
+	if err != nil {
+		return nil, err
+	}
+	defer out.destroy()
+	if err := e.text.run(ctx, ro, []ort.Value{in}, []ort.Value{out.value()}); err != nil {
+		return nil, err
+	}
+	emb := make([]float32, out.n)
+	out.get(emb)
+	return emb, nil
+}
+
+// vaeEncode maps a [3,h,w] image in [-1,1] to its unscaled latent mean
+// [latentCh, h/8, w/8] (an encoder that returns mean and log-variance is
+// read for the mean).
+func (e *Engine) vaeEncode(ctx context.Context, ro *ort.RunOptions, img []float32, w, h int) ([]float32, error) {
+	in, _ := e.vaeEnc.input("sample")
+	dt, err := floatType(e.vaeEnc, in)
+	if err != nil {
+		return nil, err
+	}
+	it, err := newFTensor(dt, ort.NewShape(1, 3, int64(h), int64(w)))
+	if err != nil {
+		return nil, err
+	}
+	defer it.destroy()
+	it.set(img)
+	ch := staticDim(e.vaeEnc.outs[0], 1)
+	if ch == 0 {
+		ch = e.latentCh
+	}
+	lh, lw := h/vaeFactor, w/vaeFactor
+	ot, err := newFTensor(e.vaeEnc.outs[0].DataType, ort.NewShape(1, int64(ch), int64(lh), int64(lw)))
+	if err != nil {
+		return nil, err
+	}
+	defer ot.destroy()
+	if err := e.vaeEnc.run(ctx, ro, []ort.Value{it.value()}, []ort.Value{ot.value()}); err != nil {
+		return nil, err
+	}
+	out := make([]float32, ot.n)
+	ot.get(out)
+	return out[:e.latentCh*lh*lw], nil
+}
+
+// vaeDecode maps scaled latents [latentCh, h/8, w/8] to a [3,h,w] image
+// in [-1,1].
+func (e *Engine) vaeDecode(ctx context.Context, ro *ort.RunOptions, lat []float32, w, h int) ([]float32, error) {
+	in, _ := e.vaeDec.input("latent_sample")
+	dt, err := floatType(e.vaeDec, in)
+	if err != nil {
+		return nil, err
+	}
+	lh, lw := h/vaeFactor, w/vaeFactor
+	it, err := newFTensor(dt, ort.NewShape(1, int64(e.latentCh), int64(lh), int64(lw)))
+	if err != nil {
+		return nil, err
+	}
+	defer it.destroy()
+	scaled := make([]float32, len(lat))
+	for i, v := range lat {
+		scaled[i] = v / e.vaeScale
+	}
+	it.set(scaled)
+	ot, err := newFTensor(e.vaeDec.outs[0].DataType, ort.NewShape(1, 3, int64(h), int64(w)))
+	if err != nil {
+		return nil, err
+	}
+	defer ot.destroy()
+	if err := e.vaeDec.run(ctx, ro, []ort.Value{it.value()}, []ort.Value{ot.value()}); err != nil {
+		return nil, err
+	}
+	out := make([]float32, ot.n)
+	ot.get(out)
+	return out, nil
+}
+
+// branch is one classifier-free guidance branch of the UNet batch: its
+// text embedding and the channels appended to the latents (nil: none).
+type branch struct {
+	emb   []float32
+	extra []float32
+}
+
+// denoiser runs the denoising loop of one image: the UNet (and ControlNet)
+// tensors are made once and reused by every step.
+type denoiser struct {
+	e        *Engine
+	ro       *ort.RunOptions
+	lw, lh   int
+	branches []branch
+	// combine turns the branches' predictions into one (nil: the single
+	// branch's).
+	combine func(preds [][]float32, dst []float32)
+	groups  []*unetGroup
+	preds   [][]float32
+	pred    []float32
+	// control, when set, runs before the UNet at every step.
+	control *controlNet
+	cond    []float32 // control image [3,H,W] in 0..1
+	cscale  float32
+	// blend, when set, is called after every step with the step index
+	// reached (mask-blend inpainting).
+	blend func(x []float32, next int)
+}
+
+// unetGroup is the tensors of one UNet call: all branches at once, or
+// one branch when the UNet's batch is fixed at 1.
+type unetGroup struct {
+	first, count int // branches
+	sample       *ftensor
+	ts           *timestepTensor
+	ehs          *ftensor
+	out          *ftensor
+	residuals    []*ftensor
+	// ControlNet inputs.
+	cSample *ftensor
+	cTS     *timestepTensor
+	cEHS    *ftensor
+	cCond   *ftensor
+	cScale  *ftensor
+	ins     []ort.Value
+	outs    []ort.Value
+	cIns    []ort.Value
+}
+
+func (g *unetGroup) destroy() {
+	for _, t := range []*ftensor{g.sample, g.ehs, g.out, g.cSample, g.cEHS, g.cCond, g.cScale} {
+		t.destroy()
+	}
+	for _, t := range g.residuals {
+		t.destroy()
+	}
+	g.ts.destroy()
+	g.cTS.destroy()
+}
+
+// newDenoiser allocates the per-step tensors for branches at latent size
+// lw x lh, with ControlNet cn (nil: none; zero residuals are fed when the
+// UNet takes them).
+func (e *Engine) newDenoiser(ro *ort.RunOptions, lw, lh int, branches []branch, cn *controlNet, cond []float32, cscale float32) (*denoiser, error) {
+	d := &denoiser{e: e, ro: ro, lw: lw, lh: lh, branches: branches, control: cn, cond: cond, cscale: cscale}
+	n := e.latentCh * lw * lh
+	d.pred = make([]float32, n)
+	for range branches {
+		d.preds = append(d.preds, make([]float32, n))
+	}
+	per := len(branches)
+	if e.unetBatch1 {
+		per = 1
+	}
+	for first := 0; first < len(branches); first += per {
+		g, err := e.newGroup(first, per, lw, lh, cn)
+		if err != nil {
+			d.destroy()
+			return nil, err
+		}
+		d.groups = append(d.groups, g)
+		for k := range per {
+			g.ehs.setAt(k, branches[first+k].emb)
+			if g.cEHS != nil {
+				g.cEHS.setAt(k, branches[first+k].emb)
+			}
+		}
+		if cn != nil {
+			for k := range per {
+				g.cCond.setAt(k, cond)
+			}
+			if g.cScale != nil {
+				g.cScale.set([]float32{cscale})
+			}
+		}
+	}
+	return d, nil
+}
+
+// setAt copies src into the k-th batch entry (len(src) elements each).
+func (t *ftensor) setAt(k int, src []float32) {
+	if t.f32 != nil {
+		copy(t.f32.GetData()[k*len(src):], src)
+		return
+	}
+	b := t.f16.GetData()[2*k*len(src):]
+	for i, v := range src {
+		h := f32ToF16(v)
+		b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+	}
+}
+
+// getAt copies the k-th batch entry (len(dst) elements) into dst.
+func (t *ftensor) getAt(k int, dst []float32) {
+	if t.f32 != nil {
+		copy(dst, t.f32.GetData()[k*len(dst):])
+		return
+	}
+	b := t.f16.GetData()[2*k*len(dst):]
+	for i := range dst {
+		dst[i] = f16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+	}
+}
+
+func (e *Engine) newGroup(first, b, lw, lh int, cn *controlNet) (*unetGroup, error) {
+	g := &unetGroup{first: first, count: b}
+	ok := false
+	defer func() {
+		if !ok {
+			g.destroy()
+		}
+	}()
+	B, W, H := int64(b), int64(lw), int64(lh)
+	sample, _ := e.unet.input("sample")
+	ehs, _ := e.unet.input("encoder_hidden_states")
+	tsIn, _ := e.unet.input("timestep")
+	var err error
+	if g.sample, err = newFTensor(sample.DataType, ort.NewShape(B, int64(e.inChannels), H, W)); err != nil {
+		return nil, err
+	}
+	if g.ts, err = newTimestep(tsIn, b); err != nil {
+		return nil, fmt.Errorf("unet: %w", err)
+	}
+	if g.ehs, err = newFTensor(ehs.DataType, ort.NewShape(B, int64(e.seqLen), int64(e.hidden))); err != nil {
+		return nil, err
+	}
+	if g.out, err = newFTensor(e.unet.outs[0].DataType, ort.NewShape(B, int64(e.latentCh), H, W)); err != nil {
+		return nil, err
+	}
+	g.ins = []ort.Value{}
+	var resIdx []int
+	for _, in := range e.unet.ins {
+		switch in.Name {
+		case "sample":
+			g.ins = append(g.ins, g.sample.value())
+		case "timestep":
+			g.ins = append(g.ins, g.ts.value())
+		case "encoder_hidden_states":
+			g.ins = append(g.ins, g.ehs.value())
+		default:
+			resIdx = append(resIdx, len(g.ins))
+			g.ins = append(g.ins, nil)
+		}
+	}
+	g.outs = []ort.Value{g.out.value()}
+	if len(e.unetExtra) > 0 {
+		// The residual inputs: a ControlNet's outputs, or zeros.
+		ref := cn
+		if ref == nil {
+			for _, c := range e.controls {
+				ref = c
+				break
+			}
+		}
+		for i, name := range e.unetExtra {
+			in, _ := e.unet.input(name)
+			dv := int64(ref.divisors[i])
+			t, err := newFTensor(in.DataType, ort.NewShape(B, int64(ref.channels[i]), (H+dv-1)/dv, (W+dv-1)/dv))
+			if err != nil {
+				return nil, err
+			}
+			g.residuals = append(g.residuals, t)
+			g.ins[resIdx[i]] = t.value()
+		}
+	}
+	if cn != nil {
+		if err := g.controlInputs(e, cn, b, lw, lh); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return g, nil
+}
+
+// controlInputs allocates the ControlNet's input tensors; its outputs are
+// the group's residual tensors.
+func (g *unetGroup) controlInputs(e *Engine, cn *controlNet, b, lw, lh int) error {
+	B := int64(b)
+	var err error
+	for _, in := range cn.c.ins {
+		var v ort.Value
+		switch in.Name {
+		case "sample":
+			if g.cSample, err = newFTensor(in.DataType, ort.NewShape(B, int64(e.latentCh), int64(lh), int64(lw))); err != nil {
+				return err
+			}
+			v = g.cSample.value()
+		case "timestep":
+			if g.cTS, err = newTimestep(in, b); err != nil {
+				return fmt.Errorf("%s: %w", cn.c.name, err)
+			}
+			v = g.cTS.value()
+		case "encoder_hidden_states":
+			if g.cEHS, err = newFTensor(in.DataType, ort.NewShape(B, int64(e.seqLen), int64(e.hidden))); err != nil {
+				return err
+			}
+			v = g.cEHS.value()
+		case "controlnet_cond":
+			if g.cCond, err = newFTensor(in.DataType, ort.NewShape(B, 3, int64(lh*vaeFactor), int64(lw*vaeFactor))); err != nil {
+				return err
+			}
+			v = g.cCond.value()
+		case "conditioning_scale":
+			shape := ort.NewShape()
+			if len(in.Dimensions) > 0 {
+				shape = ort.NewShape(1)
+			}
+			if g.cScale, err = newFTensor(in.DataType, shape); err != nil {
+				return err
+			}
+			v = g.cScale.value()
+		default:
+			return fmt.Errorf("%s: input %q is not a ControlNet input", cn.c.name, in.Name)
+		}
+		g.cIns = append(g.cIns, v)
+	}
+	return nil
+}
+
+func (d *denoiser) destroy() {
+	for _, g := range d.groups {
+		g.destroy()
+	}
+}
+
+// run denoises x in place along the sampler's timesteps.
+func (d *denoiser) run(ctx context.Context, s *sampler, x []float32) error {
+	e := d.e
+	n := len(x)
+	scaled := make([]float32, n)
+	for i, t := range s.ts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := s.inputScale(i)
+		for j, v := range x {
+			scaled[j] = v * k
+		}
+		for _, g := range d.groups {
+			plane := e.inChannels * d.lw * d.lh
+			for b := range g.count {
+				br := d.branches[g.first+b]
+				fillSample(g.sample, b, plane, scaled, br.extra)
+			}
+			g.ts.set(t)
+			if d.control != nil {
+				for b := range g.count {
+					g.cSample.setAt(b, scaled)
+				}
+				g.cTS.set(t)
+				outs := make([]ort.Value, len(g.residuals))
+				for r, rt := range g.residuals {
+					outs[r] = rt.value()
+				}
+				if err := d.control.c.run(ctx, d.ro, g.cIns, outs); err != nil {
+					return err
+				}
+				if g.cScale == nil && d.cscale != 1 {
+					for _, rt := range g.residuals {
+						scaleTensor(rt, d.cscale)
+					}
+				}
+			}
+			if err := e.unet.run(ctx, d.ro, g.ins, g.outs); err != nil {
+				return err
+			}
+			for b := range g.count {
+				g.out.getAt(b, d.preds[g.first+b])
+			}
+		}
+		pred := d.preds[0]
+		if d.combine != nil {
+			d.combine(d.preds, d.pred)
+			pred = d.pred
+		}
+		s.step(i, x, pred)
+		if d.blend != nil {
+			d.blend(x, i+1)
+		}
+	}
+	return nil
+}
+
+// fillSample writes branch b's UNet input: the scaled latents, then the
+// branch's extra channels.
+func fillSample(t *ftensor, b, plane int, scaled, extra []float32) {
+	if t.f32 != nil {
+		dst := t.f32.GetData()[b*plane:]
+		copy(dst, scaled)
+		copy(dst[len(scaled):], extra)
+		return
+	}
+	buf := make([]float32, 0, plane)
+	buf = append(append(buf, scaled...), extra...)
+	t.setAt(b, buf)
+}
+
+// scaleTensor multiplies a tensor by k.
+func scaleTensor(t *ftensor, k float32) {
+	v := make([]float32, t.n)
+	t.get(v)
+	for i := range v {
+		v[i] *= k
+	}
+	t.set(v)
+}
+
+// cfg2 is classifier-free guidance over [uncond, cond].
+func cfg2(g float32) func(p [][]float32, dst []float32) {
+	return func(p [][]float32, dst []float32) {
+		u, c := p[0], p[1]
+		for i := range dst {
+			dst[i] = u[i] + g*(c[i]-u[i])
+		}
+	}
+}
+
+// cfg3 is InstructPix2Pix guidance over [text+image, image only, neither].
+func cfg3(g, ig float32) func(p [][]float32, dst []float32) {
+	return func(p [][]float32, dst []float32) {
+		t, im, u := p[0], p[1], p[2]
+		for i := range dst {
+			dst[i] = u[i] + g*(t[i]-im[i]) + ig*(im[i]-u[i])
+		}
+	}
+}
