@@ -42,9 +42,12 @@ run: build assets
 # harness); these also run under the race detector.
 UNIT = $(shell go list ./... | grep -v -e '/cmd/' -e '/chaos' -e '/proto/gen')
 
+# Test artefacts (the dashboard's screenshot) land in $(ARTIFACTS).
+ARTIFACTS ?= $(CURDIR)/artifacts
+
 test: assets
 	go vet ./...
-	go test -count=1 -timeout 20m ./...
+	INFERMESH_ARTIFACTS=$(ARTIFACTS) go test -count=1 -timeout 20m ./...
 	go test -count=1 -race -timeout 20m $(UNIT)
 	$(MAKE) fuzz
 

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"runtime"
-	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -43,7 +41,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Name: "infermesh_http_body_budget_refusals_total",
 		Help: "Requests answered 503 because the node-wide request body budget was spent.",
 	})
-	m.recent = &recentStats{routes: map[string]*ring{}}
+	m.recent = newRecentStats()
 	if reg != nil {
 		reg.MustRegister(m.requests, m.latency, m.inflight, m.bodyRefused)
 	}
@@ -81,85 +79,7 @@ func (s *Server) registerBuildInfo() {
 func (m *metrics) observe(method, route string, status int, d time.Duration) {
 	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
-	m.recent.add(route, d)
-}
-
-// recentStats keeps the last samples per route for the dashboard's
-// percentiles; Prometheus histograms serve scrapers.
-type recentStats struct {
-	mu     sync.Mutex
-	total  int64
-	active int64
-	routes map[string]*ring
-}
-
-type ring struct {
-	count   int64
-	samples [512]float64
-	n       int
-}
-
-// LatencyRow is one route's line on the dashboard.
-type LatencyRow struct {
-	// Route is chi's route pattern, or "unmatched".
-	Route string `json:"route"`
-	// Count is how many requests the route has served since start.
-	Count int64 `json:"count"`
-	// P50 is the median latency in milliseconds over the route's last 512
-	// requests.
-	P50 float64 `json:"p50_ms"`
-	// P99 is the 99th-percentile latency in milliseconds over the route's
-	// last 512 requests.
-	P99 float64 `json:"p99_ms"`
-}
-
-func (r *recentStats) begin() { r.mu.Lock(); r.active++; r.mu.Unlock() }
-
-func (r *recentStats) add(route string, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.active--
-	r.total++
-	g := r.routes[route]
-	if g == nil {
-		if len(r.routes) >= 256 {
-			return
-		}
-		g = &ring{}
-		r.routes[route] = g
-	}
-	g.samples[g.count%int64(len(g.samples))] = float64(d.Microseconds()) / 1000
-	g.count++
-	if g.n < len(g.samples) {
-		g.n++
-	}
-}
-
-func (r *recentStats) inflight() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.active
-}
-
-func (r *recentStats) snapshot() (int64, []LatencyRow) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rows := make([]LatencyRow, 0, len(r.routes))
-	for route, g := range r.routes {
-		s := append([]float64(nil), g.samples[:g.n]...)
-		sort.Float64s(s)
-		rows = append(rows, LatencyRow{Route: route, Count: g.count, P50: quantile(s, 0.5), P99: quantile(s, 0.99)})
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Count > rows[j].Count })
-	return r.total, rows
-}
-
-func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q * float64(len(sorted)-1))
-	return sorted[i]
+	m.recent.add(route, status, d)
 }
 
 // routePattern returns chi's matched pattern, never the raw path, so metric
