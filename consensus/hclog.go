@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -12,13 +13,14 @@ import (
 
 // hclogAdapter sends raft's hclog output to the node's slog.Logger.
 type hclogAdapter struct {
-	l       *slog.Logger
+	base    *slog.Logger // the node's logger, without component
+	l       *slog.Logger // base with component and the implied args
 	name    string
 	implied []any
 }
 
 func newHCLog(l *slog.Logger, name string) hclog.Logger {
-	return &hclogAdapter{l: l.With("component", name), name: name}
+	return &hclogAdapter{base: l, l: l.With("component", name), name: name}
 }
 
 func slogLevel(level hclog.Level) slog.Level {
@@ -33,9 +35,78 @@ func slogLevel(level hclog.Level) slog.Level {
 	return slog.LevelInfo
 }
 
-// Log forwards one record at the mapped level.
+// Log forwards one record at the mapped level, with hclog's argument
+// conventions turned into plain values.
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	a.l.Log(context.Background(), slogLevel(level), msg, args...)
+	l := slogLevel(level)
+	if l == slog.LevelWarn && startupElection(msg, args) {
+		l = slog.LevelInfo
+	}
+	if !a.l.Enabled(context.Background(), l) {
+		return
+	}
+	a.l.Log(context.Background(), l, msg, hclogArgs(args)...)
+}
+
+// startupElection reports raft's "heartbeat timeout reached, starting
+// election" warning when the node has never known a leader: every node
+// logs it once on start-up (a lone node elects itself this way), so it
+// is news, not a warning. Losing a known leader stays a warning.
+func startupElection(msg string, args []any) bool {
+	if msg != "heartbeat timeout reached, starting election" {
+		return false
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == "last-leader-id" {
+			return fmt.Sprint(args[i+1]) == ""
+		}
+	}
+	return false
+}
+
+// hclogArgs converts hclog's key/value arguments for slog: hclog.Fmt
+// values are formatted (raft logs its configuration as
+// hclog.Fmt("%+v", servers)), Hex, Octal, Binary and Quote are rendered
+// as hclog renders them, and a value without a key is kept under
+// EXTRA_VALUE_AT_END as hclog does.
+func hclogArgs(args []any) []any {
+	out := make([]any, 0, len(args)+1)
+	for i := 0; i < len(args); i += 2 {
+		if i+1 == len(args) {
+			out = append(out, "EXTRA_VALUE_AT_END", hclogValue(args[i]))
+			break
+		}
+		key, ok := args[i].(string)
+		if !ok {
+			key = fmt.Sprint(args[i])
+		}
+		out = append(out, key, hclogValue(args[i+1]))
+	}
+	return out
+}
+
+func hclogValue(v any) any {
+	switch x := v.(type) {
+	case hclog.Format:
+		if len(x) == 0 {
+			return ""
+		}
+		if f, ok := x[0].(string); ok {
+			return fmt.Sprintf(f, x[1:]...)
+		}
+		return fmt.Sprint(x...)
+	case hclog.Hex:
+		return fmt.Sprintf("0x%x", int(x))
+	case hclog.Octal:
+		return fmt.Sprintf("0%o", int(x))
+	case hclog.Binary:
+		return fmt.Sprintf("0b%b", int(x))
+	case hclog.Quote:
+		return fmt.Sprintf("%q", string(x))
+	case hclog.CapturedStacktrace:
+		return string(x)
+	}
+	return v
 }
 
 // Trace logs at debug level.
@@ -75,7 +146,7 @@ func (a *hclogAdapter) ImpliedArgs() []any { return a.implied }
 
 // With returns a logger that adds args to every record.
 func (a *hclogAdapter) With(args ...any) hclog.Logger {
-	return &hclogAdapter{l: a.l.With(args...), name: a.name, implied: append(append([]any{}, a.implied...), args...)}
+	return &hclogAdapter{base: a.base, l: a.l.With(hclogArgs(args)...), name: a.name, implied: append(append([]any{}, a.implied...), args...)}
 }
 
 // Name is the logger name.
@@ -91,7 +162,7 @@ func (a *hclogAdapter) Named(name string) hclog.Logger {
 
 // ResetNamed returns a logger with the given name.
 func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
-	return &hclogAdapter{l: a.l.With("component", name), name: name, implied: a.implied}
+	return &hclogAdapter{base: a.base, l: a.base.With(append([]any{"component", name}, hclogArgs(a.implied)...)...), name: name, implied: a.implied}
 }
 
 // SetLevel is a no-op: the slog handler decides what is kept.

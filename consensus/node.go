@@ -273,7 +273,7 @@ func (n *Node) Snapshot() error {
 // writes keep flowing while it drains), then closes the node. The caller
 // leaves the mesh afterwards; the new leader then removes this server.
 func (n *Node) Shutdown(ctx context.Context) error {
-	if n.IsLeader() {
+	if n.IsLeader() && n.hasOtherVoter() {
 		done := make(chan error, 1)
 		go func() { done <- n.raft.LeadershipTransfer().Error() }()
 		select {

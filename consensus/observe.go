@@ -113,3 +113,19 @@ func boolFloat(b bool) float64 {
 	}
 	return 0
 }
+
+// hasOtherVoter reports whether the raft configuration has a voter other
+// than this node: a lone leader has nobody to hand leadership to at
+// shutdown (raft would answer "cannot find peer").
+func (n *Node) hasOtherVoter() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return true // unknown: try the transfer
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+			return true
+		}
+	}
+	return false
+}

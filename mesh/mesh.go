@@ -102,6 +102,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	mc.Delegate = d
 	mc.Events = d
 	mc.Logger = newStdLogger(logger)
+	if mc.Ping, err = newGossipMetrics(reg, m); err != nil {
+		return nil, fmt.Errorf("mesh: metrics: %w", err)
+	}
 	// The node's first record must exist before memberlist can ask for it.
 	m.publishLocked(m.local.next())
 	ml, err := memberlist.Create(mc)

@@ -129,6 +129,7 @@ func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Serve
 	}
 	audited := req.Counted && !caller.Forwarded
 	return func(s api.Served) {
+		n.obs.served(r, model, s)
 		if audited {
 			n.auditRequest(r, model, start, s)
 		}

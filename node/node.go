@@ -33,6 +33,7 @@ type Node struct {
 	log   *slog.Logger
 	clock func() time.Time
 	reg   *prometheus.Registry
+	obs   *observer // request metrics and tracing (observe.go, tracing.go)
 
 	prefixes *prefix.Tracker // chat prefixes served here, for prefix-aware routing
 	audit    *audit.Log      // signed audit records; nil when off
@@ -74,7 +75,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.Clock = time.Now
 	}
 	cfg.fillAddrs()
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1),
+	n := &Node{cfg: cfg, log: nodeLogger(cfg.Logger, cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1),
 		prefixes: prefix.NewTracker(prefix.TrackerConfig{})}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lock, err := lockDataDir(cfg.DataDir)
@@ -102,7 +103,6 @@ func New(cfg Config) (*Node, error) {
 		}
 	}()
 	n.engines = newEngines(cfg, n.log, store)
-	n.reg.MustRegister(newChatCollector(n.engines))
 	n.imageGate = n.newImageGate()
 	if err := n.initUpstream(); err != nil {
 		return nil, err
@@ -147,6 +147,9 @@ func New(cfg Config) (*Node, error) {
 		AuditExport:    auditExport,
 		AuditKeys:      auditKeys,
 	})
+	if n.obs, err = newObserver(n); err != nil {
+		return nil, err
+	}
 	built = true
 	return n, nil
 }
@@ -177,7 +180,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.srv = &http.Server{
-		Handler:           n.api.Handler(),
+		Handler:           n.obs.handler(n.api.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -231,6 +234,7 @@ func (n *Node) Drain(ctx context.Context) error {
 			}
 		}
 		n.stopCluster(ctx)
+		n.obs.close(ctx)
 		n.tls.close()
 		n.batches.Close()
 		if n.audit != nil {

@@ -10,7 +10,7 @@ import (
 
 // TestChatPrefixCacheThroughAPI: the second turn of a conversation with a
 // long system prompt is prefilled from the prefix cache, and the node's
-// metrics say so (infermesh_chat_prefix_cache_hit_tokens_total).
+// metrics say so (infermesh_engine_prefix_cache_tokens_total{result="hit"}).
 func TestChatPrefixCacheThroughAPI(t *testing.T) {
 	p := startNode(t, "chat-cache", "tiny-llama")
 	c := p.client()
@@ -26,7 +26,7 @@ func TestChatPrefixCacheThroughAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hits, err := metricSum(p, "infermesh_chat_prefix_cache_hit_tokens_total")
+	hits, err := metricSum(p, "infermesh_engine_prefix_cache_tokens_total", `result="hit"`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,9 @@ func serve(args []string, stderr io.Writer) int {
 	cfg := node.Defaults()
 	cfg.Version = version
 	logLevel := "info"
+	logFormat := "text"
 	f := serveFlags(&cfg, &logLevel)
+	f.String(&logFormat, "log-format", "SERVICE_LOG_FORMAT", logFormat, "log line format: text or json")
 	f.fs.SetOutput(stderr)
 	if err := f.Parse(joinLegacyListen(args)); err != nil {
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
@@ -166,7 +168,12 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "infermesh serve: log level %q: want debug, info, warn or error\n", logLevel)
 		return 2
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := newLogger(stderr, logFormat, level)
+	if err != nil {
+		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
+		return 2
+	}
+	cfg.Logger = logger
 	n, err := node.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)

@@ -35,6 +35,8 @@ type batcher struct {
 	arriving int     // calls between embed's start and their enqueueing
 	closed   bool
 
+	sizes batchSizeCounts // batches taken, by size; guarded by mu
+
 	wake    chan struct{}  // capacity 1: the queue or arriving changed
 	quit    chan struct{}  // closed by close
 	workers sync.WaitGroup // the worker goroutines
@@ -175,6 +177,7 @@ func (b *batcher) next(timer *time.Timer) ([]*item, bool) {
 				rest := copy(b.queue, b.queue[k:])
 				clear(b.queue[rest:])
 				b.queue = b.queue[:rest]
+				b.sizes.add(k)
 				b.mu.Unlock()
 				if rest > 0 {
 					b.signal() // let another worker take the rest
@@ -270,3 +273,53 @@ func partition(lens []int, overhead int) []int {
 	slices.Reverse(ends)
 	return ends
 }
+
+// BatchSizes is a histogram of the batches a batching engine took off its
+// queue since load, with the queue's depth now; metrics read it.
+type BatchSizes struct {
+	// Bounds are the buckets' upper bounds in rows: 1, 2, 4, ... up to
+	// the engine's largest batch.
+	Bounds []float64
+	// Cumulative[i] counts the batches of at most Bounds[i] rows.
+	Cumulative []uint64
+	// Count is the number of batches and Sum their rows.
+	Count, Sum uint64
+	// Queued is the number of inputs waiting now.
+	Queued int
+}
+
+// batchSizeCounts counts batches per power-of-two bucket.
+type batchSizeCounts struct {
+	buckets    [17]uint64 // bucket i: sizes in (2^(i-1), 2^i]
+	count, sum uint64
+}
+
+func (c *batchSizeCounts) add(rows int) {
+	i := 0
+	for 1<<i < rows && i < len(c.buckets)-1 {
+		i++
+	}
+	c.buckets[i]++
+	c.count++
+	c.sum += uint64(rows)
+}
+
+// batchSizes snapshots the histogram.
+func (b *batcher) batchSizes() BatchSizes {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := BatchSizes{Count: b.sizes.count, Sum: b.sizes.sum, Queued: len(b.queue)}
+	var cum uint64
+	for i := range b.sizes.buckets {
+		cum += b.sizes.buckets[i]
+		out.Bounds = append(out.Bounds, float64(int(1)<<i))
+		out.Cumulative = append(out.Cumulative, cum)
+		if 1<<i >= b.maxBatch {
+			break
+		}
+	}
+	return out
+}
+
+// BatchSizes reports the sizes of the batches the embedder's batcher ran.
+func (e *embedder) BatchSizes() BatchSizes { return e.batcher.batchSizes() }
