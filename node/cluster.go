@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,11 +42,12 @@ type cluster struct {
 	fwdSrv *forward.Server
 	fwdCli *forward.Client
 	// xferSrv and xferCli move model files between nodes (pulls).
-	xferSrv *transfer.Server
-	xferCli *transfer.Client
-	disp    *dispatch.Dispatcher
-	sub     *mesh.Subscription
-	done    chan struct{}
+	xferSrv  *transfer.Server
+	xferCli  *transfer.Client
+	disp     *dispatch.Dispatcher
+	sub      *mesh.Subscription
+	done     chan struct{} // closed once, by stopCluster
+	doneOnce sync.Once
 }
 
 // advertiseHost is the host peers dial for this node's listeners.
@@ -472,10 +474,7 @@ func (n *Node) stopCluster(ctx context.Context) {
 	if c == nil {
 		return
 	}
-	if c.done != nil {
-		close(c.done)
-		c.done = nil
-	}
+	c.doneOnce.Do(func() { close(c.done) })
 	if c.mesh != nil {
 		if err := c.mesh.Leave(2 * time.Second); err != nil {
 			n.log.Warn("leave mesh", "err", err)
