@@ -58,8 +58,10 @@ func (n *Node) startAdmission() error {
 		capacity = n.cfg.InflightCap
 	}
 	n.gate = limits.NewGate(limits.GateConfig{MaxInflight: capacity, MaxQueue: lc.BusyQueue, Reserve: lc.BusyReserve, MaxWait: lc.BusyWait}, n.reg, n.clock)
+	// The gate is entered where the work runs (gateLocal), not where the
+	// request enters: a node that forwards a request holds no slot for it.
 	lcfg := limits.Config{
-		KeyRPM: lc.KeyRPM, ClientRPM: lc.ClientRPM, Gate: n.gate,
+		KeyRPM: lc.KeyRPM, ClientRPM: lc.ClientRPM,
 		Prices: limits.NewConsensusPrices(c.raft), DefaultOutputTokens: defaultReservedOutput,
 		Plan: limits.NewConsensusPlan(c.raft), ThirdPartyTools: lc.ThirdPartyTools,
 	}

@@ -233,7 +233,7 @@ func (n *Node) startCluster(httpAddr string) error {
 			api.WriteError(w, e)
 		},
 		Clock: n.clock,
-	}, n.obs.trace.serve(n.api.LocalHandler(), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg)
+	}, n.obs.trace.serve(n.gateLocal(n.api.LocalHandler()), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg)
 	if err == nil {
 		err = n.obs.registerCluster(c)
 	}

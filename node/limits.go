@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/limits"
 )
@@ -126,4 +128,25 @@ func (n *Node) newImageGate() *api.ImageGate {
 		}
 	})
 	return g
+}
+
+// gateLocal passes the model work this node runs itself — its own
+// requests and those peers forward to it — through the busy gate, by the
+// request's X-Service-Priority. A refusal is 503 with Retry-After, which
+// dispatch treats like any busy node: the request moves on to the next
+// holder while nothing has reached the client.
+func (n *Node) gateLocal(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.gate == nil || !limits.Gated(auth.Classify(r.Method, r.URL.Path)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		release, d := n.gate.Acquire(r.Context(), limits.ParsePriority(r.Header.Get(limits.PriorityHeader)))
+		if d != nil {
+			api.WriteError(w, denialError(d))
+			return
+		}
+		defer release()
+		h.ServeHTTP(w, r)
+	})
 }

@@ -280,6 +280,10 @@ func (l *Limiter) checkRates(r Request, now time.Time, t *Ticket) *auth.Denial {
 
 // gated classes run on an engine and take an in-flight slot; pulls are
 // downloads and do not.
+// Gated reports whether requests of class c are engine work that passes
+// the busy gate.
+func Gated(c auth.Class) bool { return gated(c) }
+
 func gated(c auth.Class) bool {
 	switch c {
 	case auth.ClassChat, auth.ClassEmbeddings, auth.ClassImages, auth.ClassAudio, auth.ClassVision:

@@ -54,8 +54,8 @@ type decoder struct {
 	// defaults are the model's generation_config.json sampling defaults,
 	// applied to parameters a request leaves unset.
 	defaults chat.GenerationDefaults
-	sched     *scheduler
-	prefix    *prefixCache // nil: disabled
+	sched    *scheduler
+	prefix   *prefixCache // nil: disabled
 
 	life   sync.RWMutex // runs hold it for reading, Close for writing
 	closed bool
