@@ -270,8 +270,9 @@ func (n *Node) Snapshot() error {
 }
 
 // Shutdown hands leadership to another voter when this node leads (so
-// writes keep flowing while it drains), then closes the node. The caller
-// leaves the mesh afterwards; the new leader then removes this server.
+// writes keep flowing while it drains), then closes the node. The node
+// has left the mesh before (node's stopCluster); the new leader removes
+// this server after the reap timeout.
 func (n *Node) Shutdown(ctx context.Context) error {
 	if n.IsLeader() && n.hasOtherVoter() {
 		done := make(chan error, 1)

@@ -87,7 +87,8 @@ type Peer struct {
 	// Outbound is the number of requests this node has in flight to the
 	// peer now (exact, unlike InFlight, which arrives by gossip).
 	Outbound int
-	// QueueDepth is the number of requests waiting in the node's engines.
+	// QueueDepth is the node's image jobs running plus waiting (its image
+	// gate), which image work is routed by.
 	QueueDepth int
 	// Weight is the node's weight for the weighted strategy; values below 1
 	// count as 1.

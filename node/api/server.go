@@ -1,8 +1,9 @@
 // Package api is a node's HTTP surface: the OpenAI-compatible /v1 routes,
 // /readyz, /dashboard and metrics, with the OpenAI error format, request ids
 // and timing headers applied in one place. It knows nothing about memberlist,
-// raft or ONNX Runtime: it talks to the node through the Backend interface
-// it declares.
+// raft or ONNX Runtime: it talks to the node through the interfaces it
+// declares (Backend, Dispatcher, Admission, Governance, ModelHub and the
+// optional ones a Backend may also implement).
 package api
 
 import (

@@ -1,8 +1,9 @@
 // Package engine defines what a model runtime offers the rest of a node: the
 // Engine interface that every loaded model satisfies, the per-modality
 // capabilities (embeddings, background removal, ...) and the Spec that tells a
-// runtime how to load a model from disk. Runtimes live in sub-packages
-// (onnx, later upstream); this package imports none of them.
+// runtime how to load a model from disk. Runtimes and pipelines live in
+// sub-packages (onnx, upstream, vision, whisper, tts, upscale, diffusion,
+// chat, tokenizer); this package imports none of them.
 package engine
 
 import (

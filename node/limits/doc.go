@@ -23,7 +23,8 @@
 // The Leaser interface is that protocol's way to raft; ConsensusLeaser
 // implements it over a consensus node.
 //
-// Usage (requests, tokens, estimated cost and errors by app, model and key)
+// Usage (requests, tokens, cost and errors by app, model, key, serving
+// worker and UTC day)
 // is summed in memory and sent as one raft entry per second or per 256
 // requests, one batch at a time, never one entry per request and never
 // content.
