@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ type convStats struct {
 	followUps, stayed int
 	followUpTTFT      time.Duration // summed time to first token of follow-ups
 	perNode           map[string]int
+	cacheHit          float64 // prompt tokens the nodes' prefix caches served
+	cacheMiss         float64 // prompt tokens the nodes prefilled
 }
 
 func (s convStats) share() float64 { return float64(s.stayed) / float64(s.followUps) }
@@ -48,6 +51,11 @@ func TestPrefixRoutingKeepsConversations(t *testing.T) {
 		px.stayed, px.followUps, 100*px.share(), rr.stayed, rr.followUps, 100*rr.share())
 	t.Logf("mean follow-up time to first token (streamed): prefix %v, round-robin %v; requests per node: prefix %v, round-robin %v",
 		mean(px).Round(time.Millisecond), mean(rr).Round(time.Millisecond), px.perNode, rr.perNode)
+	hitShare := func(s convStats) float64 { return s.cacheHit / max(1, s.cacheHit+s.cacheMiss) }
+	t.Logf("prompt tokens served from the nodes' prefix caches: prefix %.0f%%, round-robin %.0f%%", 100*hitShare(px), 100*hitShare(rr))
+	if hitShare(px) <= hitShare(rr) {
+		t.Errorf("prefix routing did not raise the prefix cache's share of prompt tokens (%.2f vs %.2f)", hitShare(px), hitShare(rr))
+	}
 	if px.share() < 0.9 {
 		t.Errorf("prefix routing kept %.1f%% of follow-ups on their node, want at least 90%%", 100*px.share())
 	}
@@ -110,7 +118,9 @@ func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
 		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, c := range order {
 			if turn == 0 {
-				history[c] = append(history[c], openai.SystemMessage("You are a helpful assistant."))
+				// A long system prompt per conversation, so a follow-up on the
+				// node that holds it skips a real prefill (prefix cache).
+				history[c] = append(history[c], openai.SystemMessage(fmt.Sprintf("You are assistant number %d. ", c)+longSystemPrompt))
 			}
 			history[c] = append(history[c], openai.UserMessage(fmt.Sprintf("Conversation %d, question %d: what happens next in the story of the %d lighthouses?", c, turn, c+turn)))
 			client := ps[r.IntN(len(ps))].client()
@@ -164,5 +174,21 @@ func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
 		// Digests travel with the next record; let the last ones spread.
 		time.Sleep(300 * time.Millisecond)
 	}
+	for _, p := range ps {
+		hit, err := metricSum(p, "infermesh_engine_prefix_cache_tokens_total", `result="hit"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		miss, err := metricSum(p, "infermesh_engine_prefix_cache_tokens_total", `result="miss"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.cacheHit, st.cacheMiss = st.cacheHit+hit, st.cacheMiss+miss
+	}
 	return st
 }
+
+// longSystemPrompt makes every conversation start with about 900 tokens
+// of instructions (the test model's tokenizer spends about a token per
+// character).
+var longSystemPrompt = strings.Repeat("Answer briefly, stay on the topic of lighthouses, ships and the sea, and never invent facts about real places. ", 8)
