@@ -126,10 +126,13 @@ func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Serve
 		req.InputTokens, req.MaxOutputTokens = api.EstimateTokens(body)
 	}
 	t, d := n.limiter.Admit(r.Context(), req)
+	audited := req.Counted && !caller.Forwarded
 	if d != nil {
+		if audited {
+			n.auditRequest(r, model, start, api.Served{Status: d.Status})
+		}
 		return nil, denialError(d)
 	}
-	audited := req.Counted && !caller.Forwarded
 	return func(s api.Served) {
 		n.obs.served(r, model, s)
 		if audited {

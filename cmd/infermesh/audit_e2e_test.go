@@ -40,6 +40,20 @@ func TestAuditExportVerifiesAcrossNodes(t *testing.T) {
 			}
 		}
 	}
+	// A refused request is audited too: a key with a daily quota of one.
+	tight := createKey(t, ps[0], map[string]any{"name": "tight", "daily_quota": 1})
+	eventuallyEvery(t, 10*time.Second, 200*time.Millisecond, "tight key known", func() error {
+		if code, c := keyed(ps[0], tight, "GET", "/v1/models", nil); code != 200 {
+			return fmt.Errorf("%d %s", code, c)
+		}
+		return nil
+	})
+	for want := range []int{200, 429} {
+		code, c := keyed(ps[0], tight, "POST", "/v1/embeddings", map[string]any{"model": "tiny-bert:test-128", "input": "x"})
+		if code != []int{200, 429}[want] {
+			t.Fatalf("tight key call %d: %d %s", want, code, c)
+		}
+	}
 	// The audit keys reach the replicated state once each node published.
 	eventually(t, 20*time.Second, "both audit keys replicated", func() error {
 		var k struct {
@@ -93,8 +107,17 @@ func TestAuditExportVerifiesAcrossNodes(t *testing.T) {
 		}
 		return os.WriteFile(export, []byte(out), 0o600)
 	})
+	refused := 0
 	for _, r := range records {
-		if r["endpoint"] == "/v1/embeddings" && (r["key_id"] == nil || r["app"] != "notes" || r["worker"] == nil || r["status"] != float64(200)) {
+		if r["status"] == float64(429) {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("%d audit records of refused requests, want 1", refused)
+	}
+	for _, r := range records {
+		if r["endpoint"] == "/v1/embeddings" && r["status"] == float64(200) && (r["key_id"] == nil || r["app"] != "notes" || r["worker"] == nil || r["status"] != float64(200)) {
 			t.Fatalf("embeddings record without key, app, worker or status: %v", r)
 		}
 	}
