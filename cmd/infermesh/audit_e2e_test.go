@@ -41,7 +41,7 @@ func TestAuditExportVerifiesAcrossNodes(t *testing.T) {
 		}
 	}
 	// A refused request is audited too: a key with a daily quota of one.
-	tight := createKey(t, ps[0], map[string]any{"name": "tight", "daily_quota": 1})
+	tight := createKey(t, ps[0], map[string]any{"name": "tight", "app": "notes", "daily_quota": 1})
 	eventuallyEvery(t, 10*time.Second, 200*time.Millisecond, "tight key known", func() error {
 		if code, c := keyed(ps[0], tight, "GET", "/v1/models", nil); code != 200 {
 			return fmt.Errorf("%d %s", code, c)
