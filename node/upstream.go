@@ -68,6 +68,8 @@ func (e *engines) fromUpstream(_ context.Context, id string, task engine.Task) (
 		_, want = eng.(engine.Embedder)
 	case engine.TaskImageGeneration:
 		_, want = eng.(engine.ImageGenerator)
+	case engine.TaskTextToSpeech:
+		_, want = eng.(engine.Speaker)
 	}
 	if !want {
 		return nil, true, fmt.Errorf("model %s does not serve %s: %w", eng.ID(), task, api.ErrWrongTask)

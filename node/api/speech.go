@@ -21,8 +21,8 @@ type speechRequest struct {
 	Voice          string   `json:"voice,omitempty"`
 	ResponseFormat string   `json:"response_format,omitempty"`
 	Speed          *float64 `json:"speed,omitempty"`
-	// Instructions is accepted and ignored: the local models cannot
-	// follow style instructions.
+	// Instructions is passed to provider (upstream) models; the local
+	// models cannot follow style instructions and ignore it.
 	Instructions string `json:"instructions,omitempty"`
 	StreamFormat string `json:"stream_format,omitempty"`
 }
@@ -187,7 +187,7 @@ func (s *Server) audioSpeech(w http.ResponseWriter, r *http.Request) {
 	format, _ := audioenc.ParseFormat(req.ResponseFormat)
 	s.streamAudio(w, r, format, sp.SampleRate(), req.StreamFormat == "sse", len([]rune(req.Input)),
 		func(ctx context.Context, emit func([]float32) error) error {
-			return sp.Synthesize(ctx, engine.SpeechRequest{Text: req.Input, Voice: req.Voice, Speed: speed(req.Speed)}, emit)
+			return sp.Synthesize(ctx, engine.SpeechRequest{Text: req.Input, Voice: req.Voice, Speed: speed(req.Speed), Instructions: req.Instructions}, emit)
 		})
 }
 

@@ -86,16 +86,29 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// feedQueue bounds the PCM chunks waiting for ffmpeg's input.
+const feedQueue = 64
+
 // ffmpegWriter feeds s16le PCM to an ffmpeg process and copies what it
 // writes to dst as it comes.
+//
+// Write hands the chunk to a feeding goroutine and returns: the caller (a
+// speech engine between two sentences) does not wait for ffmpeg to start
+// (process start-up and codec loading take tens of milliseconds, more on a
+// busy machine) or to take in the chunk, so the next model run overlaps the
+// encoding instead of queueing behind it.
 type ffmpegWriter struct {
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
 	cancel   context.CancelFunc
 	copyDone chan struct{}
 	copyErr  error
+	feed     chan []byte
+	failed   chan struct{} // closed when a write to ffmpeg failed
+	feedDone chan struct{} // closed when the feeder has ended
+	feedErr  error
+	closed   bool
 	stderr   *capped
-	buf      []byte
 	mu       sync.Mutex
 	inBytes  int64 // PCM bytes written
 	outBytes int64 // encoded bytes read
@@ -125,7 +138,8 @@ func (e *Encoder) newFFmpegWriter(ctx context.Context, dst io.Writer, f Format, 
 	args = append(args, c.args...)
 	args = append(args, "-flush_packets", "1", "pipe:1")
 	cmd := exec.CommandContext(ctx, e.ffmpeg, args...)
-	w := &ffmpegWriter{cmd: cmd, cancel: cancel, copyDone: make(chan struct{}), stderr: &capped{max: stderrMax}}
+	w := &ffmpegWriter{cmd: cmd, cancel: cancel, copyDone: make(chan struct{}), stderr: &capped{max: stderrMax},
+		feed: make(chan []byte, feedQueue), failed: make(chan struct{}), feedDone: make(chan struct{})}
 	cmd.Stderr = w.stderr
 	cmd.WaitDelay = 2 * time.Second
 	var err error
@@ -143,7 +157,25 @@ func (e *Encoder) newFFmpegWriter(ctx context.Context, dst io.Writer, f Format, 
 		return nil, fmt.Errorf("audioenc: start ffmpeg: %w", err)
 	}
 	go w.copyOut(dst, stdout)
+	go w.feedIn()
 	return w, nil
+}
+
+// feedIn writes the queued chunks to ffmpeg's input, then closes it (after
+// Close, or at the first failed write, which stops ffmpeg).
+func (w *ffmpegWriter) feedIn() {
+	defer close(w.feedDone)
+	for b := range w.feed {
+		if _, err := w.stdin.Write(b); err != nil {
+			w.feedErr = err
+			w.abort()
+			close(w.failed)
+			for range w.feed {
+			}
+			break
+		}
+	}
+	w.stdin.Close()
 }
 
 // copyOut copies ffmpeg's output to dst, refusing more than twice the PCM
@@ -177,21 +209,34 @@ func (w *ffmpegWriter) copyOut(dst io.Writer, src io.Reader) {
 	}
 }
 
+// Write queues the chunk for ffmpeg (waiting only when feedQueue chunks are
+// already queued). A failure of an earlier chunk is returned here or by
+// Close.
 func (w *ffmpegWriter) Write(pcm []float32) error {
-	w.buf = toS16(pcm, w.buf[:0])
-	w.mu.Lock()
-	w.inBytes += int64(len(w.buf))
-	w.mu.Unlock()
-	if _, err := w.stdin.Write(w.buf); err != nil {
-		w.abort()
-		return w.finish(err)
+	if w.closed {
+		return errors.New("audioenc: write after close")
 	}
-	return nil
+	b := toS16(pcm, nil)
+	w.mu.Lock()
+	w.inBytes += int64(len(b))
+	w.mu.Unlock()
+	select {
+	case w.feed <- b:
+		return nil
+	case <-w.failed:
+		return w.Close()
+	}
 }
 
-// Close ends the input and waits for ffmpeg to write the rest.
+// Close ends the input, waits for ffmpeg to take in every queued chunk and
+// to write the rest of its output, and reports the first error.
 func (w *ffmpegWriter) Close() error {
-	return w.finish(w.stdin.Close())
+	if !w.closed {
+		w.closed = true
+		close(w.feed)
+	}
+	<-w.feedDone
+	return w.finish(w.feedErr)
 }
 
 // abort kills ffmpeg.

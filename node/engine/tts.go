@@ -57,6 +57,10 @@ type SpeechRequest struct {
 	// voice's. A language the engine cannot speak is an InputError (param
 	// "language").
 	Language string
+	// Instructions asks for a speaking style (OpenAI's "instructions").
+	// Provider models receive it; local models cannot follow it and
+	// ignore it.
+	Instructions string
 }
 
 // Voice is one voice a speech engine offers.

@@ -37,7 +37,7 @@ func loadClonerT(t *testing.T) *OpenVoice {
 // padded or cut to secs seconds.
 func referenceClip(t *testing.T, k *Kokoro, voice string, secs float64) []float32 {
 	t.Helper()
-	pcm, _ := synthAll(t, k, engine.SpeechRequest{Text: "My voice is the one you should copy. Listen to how I speak, slowly and clearly.", Voice: voice})
+	pcm, _ := synthAll(t, k, engine.SpeechRequest{Text: "Listen to how I speak, slowly.", Voice: voice})
 	ref := resample(pcm, KokoroSampleRate, engine.SpeechSampleRate)
 	n := int(secs * engine.SpeechSampleRate)
 	for len(ref) < n {
@@ -53,7 +53,7 @@ func TestCloner(t *testing.T) {
 	}
 	refA := referenceClip(t, o.base, "bf_emma", 5)
 	refB := referenceClip(t, o.base, "am_michael", 5)
-	text := "Cloning a voice from a short clip."
+	text := "Cloning a voice."
 	clone := func(ref []float32) ([]float32, int) {
 		var out []float32
 		n := 0

@@ -334,6 +334,32 @@ func (k *Kokoro) Phonemes(ctx context.Context, text, voice string) (string, erro
 	return strings.Join(out, " "), nil
 }
 
+// RunInputs returns what Synthesize feeds the model for text in voice, run
+// by run: the input_ids (with the two pads) and the style vector. It is
+// meant for benchmarks that drive an ONNX Runtime session directly on the
+// same inputs as the pipeline.
+func (k *Kokoro) RunInputs(ctx context.Context, text, voice string) (ids [][]int64, styles [][]float32, err error) {
+	style, lang, _, err := k.resolve(engine.SpeechRequest{Text: text, Voice: voice})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range splitSentences(text) {
+		us, err := k.sentenceUnits(ctx, s, lang)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, u := range us {
+			if len(u.ids) == 0 {
+				continue
+			}
+			row := min(len(u.ids), kokoroStyleRows-1)
+			ids = append(ids, append(append([]int64{0}, u.ids...), 0))
+			styles = append(styles, append([]float32(nil), style[row*kokoroStyleDim:(row+1)*kokoroStyleDim]...))
+		}
+	}
+	return ids, styles, nil
+}
+
 // run makes one model call on ids (without pads).
 func (k *Kokoro) run(ctx context.Context, ids []int64, voice []float32, speed float32) ([]float32, error) {
 	n := len(ids)

@@ -39,7 +39,8 @@ type ProviderConfig struct {
 	Name string `json:"name"`
 	// BaseURL is the provider's API root including its version path, e.g.
 	// http://127.0.0.1:8080/v1; requests go to BaseURL + "/chat/completions",
-	// BaseURL + "/embeddings" and BaseURL + "/images/generations".
+	// BaseURL + "/embeddings", BaseURL + "/images/generations" and
+	// BaseURL + "/audio/speech".
 	BaseURL string `json:"base_url"`
 	// APIKeyEnv names an environment variable holding the key.
 	APIKeyEnv string `json:"api_key_env,omitempty"`
@@ -59,8 +60,13 @@ type ProviderConfig struct {
 type ModelConfig struct {
 	// Model is the provider's name for the model, sent as "model".
 	Model string `json:"model"`
-	// Task is "chat" (the default), "embeddings" or "image-generation".
+	// Task is "chat" (the default), "embeddings", "image-generation" or
+	// "text-to-speech".
 	Task string `json:"task,omitempty"`
+	// Voices are a text-to-speech model's voice names, the first its
+	// default; a request naming another voice is refused with a 400. Empty
+	// means OpenAI's voices (alloy first), and any voice is passed on.
+	Voices []string `json:"voices,omitempty"`
 	// ImageInput lets a chat model take image parts (image_url) in
 	// messages; without it such requests are refused with a 400.
 	ImageInput bool `json:"image_input,omitempty"`
@@ -187,10 +193,13 @@ func (c Config) resolve(getenv func(string) string) ([]*provider, error) {
 			switch mc.Task {
 			case "", string(engine.TaskChat):
 				m.task = engine.TaskChat
-			case string(engine.TaskEmbeddings), string(engine.TaskImageGeneration):
+			case string(engine.TaskEmbeddings), string(engine.TaskImageGeneration), string(engine.TaskTextToSpeech):
 				m.task = engine.Task(mc.Task)
 			default:
-				errs = append(errs, fmt.Errorf("%s: task %q: want chat, embeddings or image-generation", mwhere, mc.Task))
+				errs = append(errs, fmt.Errorf("%s: task %q: want chat, embeddings, image-generation or text-to-speech", mwhere, mc.Task))
+			}
+			if len(mc.Voices) > 0 && m.task != engine.TaskTextToSpeech {
+				errs = append(errs, fmt.Errorf("%s: voices are for text-to-speech models", mwhere))
 			}
 			if mc.ImageInput && m.task != engine.TaskChat {
 				errs = append(errs, fmt.Errorf("%s: image_input is for chat models", mwhere))

@@ -15,7 +15,7 @@ type ModelInfo struct {
 	ID string
 	// WireID is <provider>:<model>, with the provider's model name as given.
 	WireID string
-	// Task is chat or embeddings.
+	// Task is chat, embeddings, image-generation or text-to-speech.
 	Task engine.Task
 	// Provider is the configured provider's name.
 	Provider string
@@ -72,6 +72,8 @@ func New(cfg Config, opt Options) (*Registry, error) {
 				eng = &embedEngine{providerModel{c: c, m: m}}
 			case engine.TaskImageGeneration:
 				eng = &imageEngine{providerModel{c: c, m: m}}
+			case engine.TaskTextToSpeech:
+				eng = &speechEngine{providerModel{c: c, m: m}}
 			default:
 				eng = &chatEngine{providerModel{c: c, m: m}}
 			}

@@ -121,26 +121,28 @@ func (c *composed) Describe(ctx context.Context, req engine.DescribeRequest) (st
 		return "", &engine.InputError{Param: "image", Msg: "image has no pixels"}
 	}
 	f := findings{w: req.Image.Bounds().Dx(), h: req.Image.Bounds().Dy()}
+	// Convert once: the components read an RGBA image in place.
+	img := image.Image(toRGBA(req.Image))
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
-		f.objects, err = c.det.Detect(gctx, engine.DetectRequest{Image: req.Image})
+		f.objects, err = c.det.Detect(gctx, engine.DetectRequest{Image: img})
 		return err
 	})
 	if c.ocr != nil {
 		g.Go(func() (err error) {
-			f.text, err = c.ocr.Read(gctx, req.Image)
+			f.text, err = c.ocr.Read(gctx, img)
 			return err
 		})
 	}
 	if detail == engine.DetailMore {
 		if c.faces != nil {
 			g.Go(func() (err error) {
-				f.faces, err = c.faces.Faces(gctx, engine.FaceRequest{Image: req.Image})
+				f.faces, err = c.faces.Faces(gctx, engine.FaceRequest{Image: img})
 				return err
 			})
 		}
 		g.Go(func() error {
-			f.colours = dominantColours(req.Image, 3)
+			f.colours = dominantColours(img, 3)
 			return nil
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"image"
 	"math"
 	"path/filepath"
-	"sort"
 	"sync"
 
 	"github.com/infermesh/infermesh/node/engine"
@@ -267,7 +266,7 @@ func (f *faces) decode(outs [][]float32, thr float32) []rawFace {
 		}
 		raw = append(raw, face)
 	}
-	sort.SliceStable(raw, func(a, b int) bool { return raw[a].score > raw[b].score })
+	byScoreDesc(raw, func(f rawFace) float32 { return f.score })
 	if len(raw) > maxFaceCandidates {
 		raw = raw[:maxFaceCandidates]
 	}

@@ -74,20 +74,15 @@ func BenchmarkOCR640(b *testing.B) {
 	img := page640(b)
 	det, dw, dh, recs, widths := ocrTensors(b, o, img)
 	ctx := context.Background()
-	var pipeline, bare time.Duration
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if _, err := o.Read(ctx, img); err != nil {
-			b.Fatal(err)
-		}
-		pipeline += time.Since(t0)
-		bare += bareDyn(b, o.det, o.done, det, 1, 3, int64(dh), int64(dw))
+	interleaved(b, func() time.Duration {
+		return timed(b, func() error { _, err := o.Read(ctx, img); return err })
+	}, func() time.Duration {
+		t := bareDyn(b, o.det, o.done, det, 1, 3, int64(dh), int64(dw))
 		for i, r := range recs {
-			bare += bareDyn(b, o.rec, o.done, r, 1, 3, 48, int64(widths[i]))
+			t += bareDyn(b, o.rec, o.done, r, 1, 3, 48, int64(widths[i]))
 		}
-	}
-	report(b, pipeline, bare)
+		return t
+	})
 }
 
 // BenchmarkDescribe640 times Describe (detail "more": objects, faces, text,
@@ -107,30 +102,14 @@ func BenchmarkDescribe640(b *testing.B) {
 	resampleWindow(src, 0, -80, 640, 640, fc.size, fc.size, bf, 1/127.5, -1)
 	ocrDet, dw, dh, _, _ := ocrTensorsNoRec(o, src)
 	ctx := context.Background()
-	var pipeline, bare time.Duration
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if _, err := d.Describe(ctx, engine.DescribeRequest{Image: img, Detail: engine.DetailMore}); err != nil {
-			b.Fatal(err)
-		}
-		pipeline += time.Since(t0)
-		for _, m := range []struct {
-			m  *model
-			in []float32
-		}{{det.m, cn}, {fc.det, bf}} {
-			s, _ := m.m.acquire(ctx, nil)
-			copy(s.in[0], m.in)
-			t := time.Now()
-			if err := m.m.run(ctx, s, 1); err != nil {
-				b.Fatal(err)
-			}
-			bare += time.Since(t)
-			m.m.release(s)
-		}
-		bare += bareDyn(b, o.det, o.done, ocrDet, 1, 3, int64(dh), int64(dw))
-	}
-	report(b, pipeline, bare)
+	interleaved(b, func() time.Duration {
+		return timed(b, func() error {
+			_, err := d.Describe(ctx, engine.DescribeRequest{Image: img, Detail: engine.DetailMore})
+			return err
+		})
+	}, func() time.Duration {
+		return bareSlot(b, det.m, cn) + bareSlot(b, fc.det, bf) + bareDyn(b, o.det, o.done, ocrDet, 1, 3, int64(dh), int64(dw))
+	})
 }
 
 // ocrTensorsNoRec is the OCR detector input for src.
@@ -158,22 +137,7 @@ func BenchmarkYOLO640(b *testing.B) {
 	src := toRGBA(img)
 	in := make([]float32, 3*640*640)
 	fillLetterbox(src, ultralyticsLetterbox(640, 480, 640), 640, yoloPad, 1.0/255, in)
-	var pipeline, bare time.Duration
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if _, err := y.Detect(ctx, engine.DetectRequest{Image: img}); err != nil {
-			b.Fatal(err)
-		}
-		pipeline += time.Since(t0)
-		s, _ := y.m.acquire(ctx, y.done)
-		copy(s.in[0], in)
-		t := time.Now()
-		if err := y.m.run(ctx, s, 1); err != nil {
-			b.Fatal(err)
-		}
-		bare += time.Since(t)
-		y.m.release(s)
-	}
-	report(b, pipeline, bare)
+	interleaved(b, func() time.Duration {
+		return timed(b, func() error { _, err := y.Detect(ctx, engine.DetectRequest{Image: img}); return err })
+	}, func() time.Duration { return bareSlot(b, y.m, in) })
 }

@@ -4,23 +4,69 @@ import (
 	"image"
 	"image/draw"
 	"math"
+	"runtime"
+	"sync"
 )
 
-// toRGBA copies img into an RGBA image with its origin at (0, 0). Alpha is
+// toRGBA returns img as an RGBA image with its origin at (0, 0). Alpha is
 // premultiplied, so transparent pixels read as black: a transparent image is
-// seen as composited over black. image/draw has fast paths for the
-// decoders' outputs (YCbCr, Gray, NRGBA, RGBA, Paletted).
+// seen as composited over black. An *image.RGBA is used in place (a view of
+// its pixels, no copy; the pipelines only read it); other types are
+// converted, in bands on every core for large images, with image/draw's fast
+// paths for the decoders' outputs (YCbCr, Gray, NRGBA, Paletted).
 func toRGBA(img image.Image) *image.RGBA {
 	b := img.Bounds()
+	if m, ok := img.(*image.RGBA); ok {
+		if b.Empty() {
+			return &image.RGBA{Rect: image.Rect(0, 0, b.Dx(), b.Dy())}
+		}
+		return &image.RGBA{Pix: m.Pix[m.PixOffset(b.Min.X, b.Min.Y):], Stride: m.Stride, Rect: image.Rect(0, 0, b.Dx(), b.Dy())}
+	}
 	dst := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
-	draw.Draw(dst, dst.Rect, img, b.Min, draw.Src)
+	parallelRows(b.Dy(), b.Dx()*b.Dy(), func(y0, y1 int) {
+		draw.Draw(dst, image.Rect(0, y0, b.Dx(), y1), img, image.Pt(b.Min.X, b.Min.Y+y0), draw.Src)
+	})
 	return dst
 }
 
+// parallelWork is the number of pixels below which parallelRows does not
+// start goroutines.
+const parallelWork = 64 * 1024
+
+// parallelRows calls fn on consecutive bands [y0, y1) covering [0, rows),
+// one band per available core when work (a pixel count) is large enough to
+// pay for the goroutines, and waits for them. Pre- and post-processing run
+// while the model's intra-op threads are idle, so spreading them over the
+// cores shortens a request without taking time from inference.
+func parallelRows(rows, work int, fn func(y0, y1 int)) {
+	n := min(runtime.GOMAXPROCS(0), rows)
+	if n <= 1 || work < parallelWork {
+		fn(0, rows)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		y0, y1 := rows*i/n, rows*(i+1)/n
+		if i == n-1 {
+			fn(y0, y1)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(y0, y1)
+		}()
+	}
+	wg.Wait()
+}
+
 // filterTaps holds, for each output index along one axis, the first source
-// index and the weights of the source pixels it reads (stride n).
+// index and the weights of the source pixels it reads: weights i*n to
+// i*n+count[i] apply to source indices first[i], first[i]+1, ... (every one
+// inside the image; zero weights at the ends are trimmed).
 type filterTaps struct {
 	first []int
+	count []int
 	w     []float32
 	n     int
 }
@@ -39,7 +85,7 @@ func triangleTaps(dstLen, srcLen int, x0, span float64) filterTaps {
 	scale := span / float64(dstLen)
 	support := math.Max(scale, 1)
 	n := int(math.Ceil(support))*2 + 1
-	t := filterTaps{first: make([]int, dstLen), w: make([]float32, dstLen*n), n: n}
+	t := filterTaps{first: make([]int, dstLen), count: make([]int, dstLen), w: make([]float32, dstLen*n), n: n}
 	ws := make([]float64, n)
 	for i := range dstLen {
 		c := x0 + (float64(i)+0.5)*scale
@@ -56,15 +102,24 @@ func triangleTaps(dstLen, srcLen int, x0, span float64) filterTaps {
 				total += ws[k]
 			}
 		}
-		// Keep the in-image taps, normalised by the whole canvas total.
-		first := max(lo, 0)
-		t.first[i] = first
+		// Keep the in-image taps with a weight, normalised by the whole
+		// canvas total.
+		first, last := -1, -1
 		for k := range n {
-			j := lo + k
-			if j < 0 || j >= srcLen || total == 0 {
-				continue
+			if j := lo + k; j >= 0 && j < srcLen && ws[k] > 0 && total > 0 {
+				if first < 0 {
+					first = j
+				}
+				last = j
 			}
-			t.w[i*n+j-first] = float32(ws[k] / total)
+		}
+		if first < 0 {
+			t.first[i] = min(max(lo, 0), max(srcLen-1, 0))
+			continue
+		}
+		t.first[i], t.count[i] = first, last-first+1
+		for j := first; j <= last; j++ {
+			t.w[i*n+j-first] = float32(ws[j-lo] / total)
 		}
 	}
 	return t
@@ -75,63 +130,86 @@ func triangleTaps(dstLen, srcLen int, x0, span float64) filterTaps {
 // pixels, and writes them to dst as interleaved RGB (NHWC) float32 values
 // v*mul + add, with v the 0..255 pixel value.
 func resampleWindow(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, dst []float32, mul, add float32) {
+	resampleRows(src, x0, y0, sw, sh, dw, dh, mul, add, func(j int, _ []float32) []float32 { return dst[j*dw*3 : (j+1)*dw*3] }, nil)
+}
+
+// resampleRows is resampleWindow writing each output row (interleaved RGB,
+// dw*3 values) where row(j, scratch) says: into dst directly, or into the
+// band's scratch row, which flush(j, row) then stores (nil flush: nothing
+// to do).
+//
+// The filter is separable: each source row an output row needs is filtered
+// horizontally once, into a ring of as many rows as the vertical filter
+// has taps (output rows read source rows in increasing order), and output
+// rows are bands of work spread over the cores.
+func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add float32,
+	row func(j int, scratch []float32) []float32, flush func(j int, row []float32)) {
 	w, h := src.Rect.Dx(), src.Rect.Dy()
 	xt := triangleTaps(dw, w, x0, sw)
 	yt := triangleTaps(dh, h, y0, sh)
-	// Horizontal pass over every source row an output row reads.
-	rowLo, rowHi := h, 0
-	for i := range dh {
-		lo := yt.first[i]
-		hi := min(lo+yt.n, h)
-		if lo < rowLo {
-			rowLo = lo
+	parallelRows(dh, dw*dh+w*h/2, func(j0, j1 int) {
+		ring := make([]float32, yt.n*dw*3)
+		held := make([]int, yt.n)
+		for i := range held {
+			held[i] = -1
 		}
-		if hi > rowHi {
-			rowHi = hi
+		var scratch []float32
+		if flush != nil {
+			scratch = make([]float32, dw*3)
 		}
-	}
-	var rows []float32
-	if rowHi > rowLo {
-		rows = make([]float32, (rowHi-rowLo)*dw*3)
-		for y := rowLo; y < rowHi; y++ {
+		hrow := func(y int) []float32 {
+			r := ring[(y%yt.n)*dw*3 : (y%yt.n+1)*dw*3]
+			if held[y%yt.n] == y {
+				return r
+			}
+			held[y%yt.n] = y
 			line := src.Pix[y*src.Stride : y*src.Stride+4*w]
-			out := rows[(y-rowLo)*dw*3 : (y-rowLo+1)*dw*3]
 			for i := range dw {
-				f := xt.first[i]
-				var r, g, b float32
-				for k, wt := range xt.w[i*xt.n : (i+1)*xt.n] {
-					if wt == 0 || f+k >= w {
-						continue
-					}
-					p := line[4*(f+k):]
-					r += wt * float32(p[0])
-					g += wt * float32(p[1])
-					b += wt * float32(p[2])
+				f, c := xt.first[i], xt.count[i]
+				ws := xt.w[i*xt.n : i*xt.n+c]
+				px := line[4*f : 4*(f+c)]
+				var rr, gg, bb float32
+				for k, wt := range ws {
+					p := px[4*k : 4*k+3]
+					rr += wt * float32(p[0])
+					gg += wt * float32(p[1])
+					bb += wt * float32(p[2])
 				}
-				out[3*i], out[3*i+1], out[3*i+2] = r, g, b
+				r[3*i], r[3*i+1], r[3*i+2] = rr, gg, bb
+			}
+			return r
+		}
+		for j := j0; j < j1; j++ {
+			o := row(j, scratch)[:dw*3]
+			f, c := yt.first[j], yt.count[j]
+			if c == 0 {
+				for i := range o {
+					o[i] = add
+				}
+			} else {
+				ws := yt.w[j*yt.n : j*yt.n+c]
+				r := hrow(f)
+				wt := ws[0]
+				for i, v := range r[:len(o)] {
+					o[i] = wt * v
+				}
+				for k := 1; k < c; k++ {
+					r, wt := hrow(f+k), ws[k]
+					for i, v := range r[:len(o)] {
+						o[i] += wt * v
+					}
+				}
+				if mul != 1 || add != 0 {
+					for i := range o {
+						o[i] = o[i]*mul + add
+					}
+				}
+			}
+			if flush != nil {
+				flush(j, o)
 			}
 		}
-	}
-	// Vertical pass.
-	for j := range dh {
-		f := yt.first[j]
-		o := dst[j*dw*3 : (j+1)*dw*3]
-		for i := range o {
-			o[i] = 0
-		}
-		for k, wt := range yt.w[j*yt.n : (j+1)*yt.n] {
-			if wt == 0 || f+k >= h {
-				continue
-			}
-			row := rows[(f+k-rowLo)*dw*3 : (f+k-rowLo+1)*dw*3]
-			for i, v := range row {
-				o[i] += wt * v
-			}
-		}
-		for i := range o {
-			o[i] = o[i]*mul + add
-		}
-	}
+	})
 }
 
 // rotatedCrop samples a size x size square of src centred on (cx, cy), side
@@ -141,10 +219,17 @@ func resampleWindow(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, dst []f
 // averages k x k bilinear samples, k the down-scaling factor rounded up, so
 // large faces are not aliased.
 func rotatedCrop(src *image.RGBA, cx, cy, side, angle float64, size int, dst []float32, mul, add float32) {
-	w, h := src.Rect.Dx(), src.Rect.Dy()
 	step := side / float64(size)
 	k := max(1, int(math.Ceil(step)))
 	cos, sin := math.Cos(angle), math.Sin(angle)
+	parallelRows(size, 4*size*size*k*k, func(j0, j1 int) {
+		rotatedRows(src, cx, cy, side, cos, sin, step, k, size, j0, j1, dst, mul, add)
+	})
+}
+
+// rotatedRows computes rows [j0, j1) of rotatedCrop.
+func rotatedRows(src *image.RGBA, cx, cy, side, cos, sin, step float64, k, size, j0, j1 int, dst []float32, mul, add float32) {
+	w, h := src.Rect.Dx(), src.Rect.Dy()
 	inv := 1 / float32(k*k)
 	at := func(x, y int) (float32, float32, float32) {
 		if x < 0 || y < 0 || x >= w || y >= h {
@@ -153,7 +238,7 @@ func rotatedCrop(src *image.RGBA, cx, cy, side, angle float64, size int, dst []f
 		p := src.Pix[y*src.Stride+4*x:]
 		return float32(p[0]), float32(p[1]), float32(p[2])
 	}
-	for j := range size {
+	for j := j0; j < j1; j++ {
 		for i := range size {
 			var r, g, b float32
 			for sj := range k {

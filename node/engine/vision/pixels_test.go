@@ -4,6 +4,9 @@ import (
 	"image"
 	"image/color"
 	"math"
+	"runtime"
+	"sort"
+	"sync/atomic"
 	"testing"
 )
 
@@ -147,5 +150,280 @@ func TestNMS(t *testing.T) {
 	}
 	if got := weightedNMS(faces, 0.3, 1); len(got) != 1 {
 		t.Errorf("limit 1: %d faces", len(got))
+	}
+}
+
+// TestResampleWindowMatchesReference: the banded, ring-buffered resampler
+// gives bit-identical output to the plain two-pass one, for shrinking,
+// enlarging, letterbox windows reaching outside the image and sub-images.
+func TestResampleWindowMatchesReference(t *testing.T) {
+	big := testPattern(640, 480)
+	for _, c := range []struct {
+		src            *image.RGBA
+		x0, y0, sw, sh float64
+		dw, dh         int
+	}{
+		{big, 0, 0, 640, 480, 512, 512},
+		{big, 0, -80, 640, 640, 128, 128},
+		{big, 0, -80, 640, 640, 256, 256},
+		{big, 0, 0, 640, 480, 960, 720},
+		{big, 100.5, 50.25, 33, 47, 48, 200},
+		{big, -700, 0, 300, 300, 16, 16}, // window wholly off the image
+		{testPattern(13, 9), 0, 0, 13, 9, 13, 9},
+		{toRGBA(big.SubImage(image.Rect(17, 33, 400, 300))), 0, 0, 383, 267, 200, 300},
+	} {
+		got := make([]float32, c.dw*c.dh*3)
+		want := make([]float32, c.dw*c.dh*3)
+		resampleWindow(c.src, c.x0, c.y0, c.sw, c.sh, c.dw, c.dh, got, 1/127.5, -1)
+		refResampleWindow(c.src, c.x0, c.y0, c.sw, c.sh, c.dw, c.dh, want, 1/127.5, -1)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%v %v,%v %vx%v -> %dx%d: value %d = %v, want %v", c.src.Rect, c.x0, c.y0, c.sw, c.sh, c.dw, c.dh, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestToRGBAView: an RGBA sub-image is read in place with its origin moved
+// to (0, 0); other types are converted with premultiplied alpha.
+func TestToRGBAView(t *testing.T) {
+	img := testPattern(20, 10)
+	sub := img.SubImage(image.Rect(5, 3, 15, 9)).(*image.RGBA)
+	v := toRGBA(sub)
+	if v.Rect != image.Rect(0, 0, 10, 6) || &v.Pix[0] != &img.Pix[img.PixOffset(5, 3)] {
+		t.Fatalf("view %v is not in place", v.Rect)
+	}
+	if v.RGBAAt(2, 1) != img.RGBAAt(7, 4) {
+		t.Fatalf("view pixel %v, want %v", v.RGBAAt(2, 1), img.RGBAAt(7, 4))
+	}
+	n := image.NewNRGBA(image.Rect(0, 0, 300, 300))
+	for i := 0; i < len(n.Pix); i += 4 {
+		n.Pix[i], n.Pix[i+1], n.Pix[i+2], n.Pix[i+3] = 200, 100, 50, 128
+	}
+	c := toRGBA(n)
+	if got := c.RGBAAt(299, 299); got != (color.RGBA{100, 50, 25, 128}) {
+		t.Fatalf("converted NRGBA pixel %v", got)
+	}
+}
+
+// refTaps and refResampleWindow are the straightforward resampler the
+// optimised one must match exactly.
+//
+// refTaps holds, for each output index along one axis, the first source
+// index and the weights of the source pixels it reads (stride n).
+type refTaps struct {
+	first []int
+	w     []float32
+	n     int
+}
+
+// refTriangleTaps maps dstLen output pixels onto the source window [x0, x0 +
+// span) of an axis with srcLen pixels: output pixel i's centre falls on
+// source coordinate x0 + (i + 0.5) * span / dstLen. The filter is a
+// triangle (bilinear) whose support widens with the down-scaling factor, as
+// PIL's BILINEAR resize does, so shrinking averages every source pixel
+// instead of aliasing. The window is a canvas holding the image: taps
+// outside the window are dropped and the rest renormalised (as at the edges
+// of any resize), while taps inside the window but outside [0, srcLen) are
+// black canvas: their weight stays in the normalisation but they add
+// nothing.
+func refTriangleTaps(dstLen, srcLen int, x0, span float64) refTaps {
+	scale := span / float64(dstLen)
+	support := math.Max(scale, 1)
+	n := int(math.Ceil(support))*2 + 1
+	t := refTaps{first: make([]int, dstLen), w: make([]float32, dstLen*n), n: n}
+	ws := make([]float64, n)
+	for i := range dstLen {
+		c := x0 + (float64(i)+0.5)*scale
+		lo := int(math.Floor(c - support))
+		var total float64
+		for k := range n {
+			ws[k] = 0
+			centre := float64(lo+k) + 0.5
+			if centre < x0 || centre >= x0+span {
+				continue
+			}
+			if d := math.Abs(centre-c) / support; d < 1 {
+				ws[k] = 1 - d
+				total += ws[k]
+			}
+		}
+		// Keep the in-image taps, normalised by the whole canvas total.
+		first := max(lo, 0)
+		t.first[i] = first
+		for k := range n {
+			j := lo + k
+			if j < 0 || j >= srcLen || total == 0 {
+				continue
+			}
+			t.w[i*n+j-first] = float32(ws[k] / total)
+		}
+	}
+	return t
+}
+
+// refResampleWindow resamples the source window (x0, y0, width sw, height sh;
+// it may reach outside the image, where pixels are black) of src to dw x dh
+// pixels, and writes them to dst as interleaved RGB (NHWC) float32 values
+// v*mul + add, with v the 0..255 pixel value.
+func refResampleWindow(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, dst []float32, mul, add float32) {
+	w, h := src.Rect.Dx(), src.Rect.Dy()
+	xt := refTriangleTaps(dw, w, x0, sw)
+	yt := refTriangleTaps(dh, h, y0, sh)
+	// Horizontal pass over every source row an output row reads.
+	rowLo, rowHi := h, 0
+	for i := range dh {
+		lo := yt.first[i]
+		hi := min(lo+yt.n, h)
+		if lo < rowLo {
+			rowLo = lo
+		}
+		if hi > rowHi {
+			rowHi = hi
+		}
+	}
+	var rows []float32
+	if rowHi > rowLo {
+		rows = make([]float32, (rowHi-rowLo)*dw*3)
+		for y := rowLo; y < rowHi; y++ {
+			line := src.Pix[y*src.Stride : y*src.Stride+4*w]
+			out := rows[(y-rowLo)*dw*3 : (y-rowLo+1)*dw*3]
+			for i := range dw {
+				f := xt.first[i]
+				var r, g, b float32
+				for k, wt := range xt.w[i*xt.n : (i+1)*xt.n] {
+					if wt == 0 || f+k >= w {
+						continue
+					}
+					p := line[4*(f+k):]
+					r += wt * float32(p[0])
+					g += wt * float32(p[1])
+					b += wt * float32(p[2])
+				}
+				out[3*i], out[3*i+1], out[3*i+2] = r, g, b
+			}
+		}
+	}
+	// Vertical pass.
+	for j := range dh {
+		f := yt.first[j]
+		o := dst[j*dw*3 : (j+1)*dw*3]
+		for i := range o {
+			o[i] = 0
+		}
+		for k, wt := range yt.w[j*yt.n : (j+1)*yt.n] {
+			if wt == 0 || f+k >= h {
+				continue
+			}
+			row := rows[(f+k-rowLo)*dw*3 : (f+k-rowLo+1)*dw*3]
+			for i, v := range row {
+				o[i] += wt * v
+			}
+		}
+		for i := range o {
+			o[i] = o[i]*mul + add
+		}
+	}
+}
+
+// TestFillLetterboxMatchesReference: writing the resized image straight
+// into the planes and painting only the margins gives the same tensor as
+// painting the canvas and copying an interleaved resize into it, for
+// Ultralytics' centred letterbox and SCRFD's top-left one.
+func TestFillLetterboxMatchesReference(t *testing.T) {
+	for _, c := range []struct {
+		w, h, size int
+		lb         letterbox
+		pad, mul   float32
+	}{
+		{640, 480, 640, ultralyticsLetterbox(640, 480, 640), 114, 1.0 / 255},
+		{300, 500, 320, ultralyticsLetterbox(300, 500, 320), 114, 1.0 / 255},
+		{640, 480, 640, letterbox{r: 1, newW: 640, newH: 480}, 0, 1},
+		{200, 100, 64, letterbox{r: 0.32, left: -3, top: 50, newW: 64, newH: 32}, 7, 2},
+	} {
+		src := testPattern(c.w, c.h)
+		got := make([]float32, 3*c.size*c.size)
+		want := make([]float32, 3*c.size*c.size)
+		for i := range got {
+			got[i] = -99 // every value must be written
+		}
+		fillLetterbox(src, c.lb, c.size, c.pad, c.mul, got)
+		refFillLetterbox(src, c.lb, c.size, c.pad, c.mul, want)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%dx%d in %d (%+v): value %d = %v, want %v", c.w, c.h, c.size, c.lb, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// refFillLetterbox is the letterbox writer the direct one must match:
+// it writes src letterboxed into dst, planar RGB (NCHW) of a
+// size x size canvas, as v*mul with v the 0..255 value; pad is the canvas
+// colour.
+func refFillLetterbox(src *image.RGBA, lb letterbox, size int, pad, mul float32, dst []float32) {
+	plane := size * size
+	for i := range dst[:3*plane] {
+		dst[i] = pad * mul
+	}
+	rgb := make([]float32, lb.newW*lb.newH*3)
+	refResampleWindow(src, 0, 0, float64(src.Rect.Dx()), float64(src.Rect.Dy()), lb.newW, lb.newH, rgb, 1, 0)
+	for y := range lb.newH {
+		ty := y + lb.top
+		if ty < 0 || ty >= size {
+			continue
+		}
+		for x := range lb.newW {
+			tx := x + lb.left
+			if tx < 0 || tx >= size {
+				continue
+			}
+			o, s := ty*size+tx, 3*(y*lb.newW+x)
+			dst[o], dst[plane+o], dst[2*plane+o] = rgb[s]*mul, rgb[s+1]*mul, rgb[s+2]*mul
+		}
+	}
+}
+
+// TestByScoreDesc: the index sort orders as a stable sort by descending
+// score does, ties included.
+func TestByScoreDesc(t *testing.T) {
+	xs := make([]candidate, 5000)
+	for i := range xs {
+		xs[i] = candidate{class: i, score: float32((i*7919)%97) / 97}
+	}
+	want := append([]candidate(nil), xs...)
+	sort.SliceStable(want, func(a, b int) bool { return want[a].score > want[b].score })
+	byScoreDesc(xs, func(c candidate) float32 { return c.score })
+	for i := range xs {
+		if xs[i] != want[i] {
+			t.Fatalf("position %d: %+v, want %+v", i, xs[i], want[i])
+		}
+	}
+}
+
+// TestParallelRowsBands: the bands cover every row once, and band i starts
+// at floor(rows*i/n), whose ceiling-inverse recovers i (as peaks uses).
+func TestParallelRowsBands(t *testing.T) {
+	for _, rows := range []int{1, 2, 3, 5, 7, 128, 131} {
+		n := min(runtime.GOMAXPROCS(0), rows)
+		seen := make([]int32, rows)
+		starts := make(chan int, n)
+		parallelRows(rows, 1<<30, func(y0, y1 int) {
+			for y := y0; y < y1; y++ {
+				atomic.AddInt32(&seen[y], 1)
+			}
+			starts <- y0
+		})
+		close(starts)
+		for y0 := range starts {
+			if i := (y0*n + rows - 1) / rows; rows*i/n != y0 {
+				t.Errorf("rows %d: band at %d maps to %d", rows, y0, i)
+			}
+		}
+		for y, c := range seen {
+			if c != 1 {
+				t.Fatalf("rows %d: row %d covered %d times", rows, y, c)
+			}
+		}
 	}
 }

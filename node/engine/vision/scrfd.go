@@ -7,7 +7,6 @@ import (
 	"image"
 	"math"
 	"path/filepath"
-	"sort"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -292,7 +291,7 @@ func (f *scrfd) decode(outs []ort.Value, thr, scale float32) ([]scrfdFace, error
 			faces = append(faces, face)
 		}
 	}
-	sort.SliceStable(faces, func(a, b int) bool { return faces[a].score > faces[b].score })
+	byScoreDesc(faces, func(f scrfdFace) float32 { return f.score })
 	if len(faces) > maxCandidates {
 		faces = faces[:maxCandidates]
 	}

@@ -6,7 +6,7 @@ import (
 	"image"
 	"math"
 	"path/filepath"
-	"sort"
+	"strings"
 	"sync"
 
 	"github.com/infermesh/infermesh/node/engine"
@@ -97,9 +97,11 @@ func newYOLOConfig(spec engine.Spec) (*yolo, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	labels, err := specLabels(spec)
-	if err != nil {
-		return nil, 0, err
+	labels := cocoNames()
+	if spec.Files["labels"] != "" {
+		if labels, err = specLabels(spec); err != nil {
+			return nil, 0, err
+		}
 	}
 	return &yolo{
 		id: spec.ID, labels: labels, size: size, anchors: yoloAnchors(size),
@@ -109,6 +111,23 @@ func newYOLOConfig(spec engine.Spec) (*yolo, int, error) {
 
 // ID returns the canonical model id.
 func (y *yolo) ID() string { return y.id }
+
+// cocoNames are the 80 COCO class names in the order of Ultralytics'
+// detection exports (their metadata's "names"), the labels of a YOLO model
+// whose spec names no labels file ("_" stands for a space).
+func cocoNames() []string {
+	names := strings.Fields(`person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant
+		stop_sign parking_meter bench bird cat dog horse sheep cow elephant bear zebra giraffe backpack umbrella
+		handbag tie suitcase frisbee skis snowboard sports_ball kite baseball_bat baseball_glove skateboard
+		surfboard tennis_racket bottle wine_glass cup fork knife spoon bowl banana apple sandwich orange
+		broccoli carrot hot_dog pizza donut cake chair couch potted_plant bed dining_table toilet tv laptop
+		mouse remote keyboard cell_phone microwave oven toaster sink refrigerator book clock vase scissors
+		teddy_bear hair_drier toothbrush`)
+	for i, n := range names {
+		names[i] = strings.ReplaceAll(n, "_", " ")
+	}
+	return names
+}
 
 // letterbox is where an image lands in a square model input: scale r and
 // the top-left offset of the resized image.
@@ -130,28 +149,49 @@ func ultralyticsLetterbox(w, h, size int) letterbox {
 
 // fillLetterbox writes src letterboxed into dst, planar RGB (NCHW) of a
 // size x size canvas, as v*mul with v the 0..255 value; pad is the canvas
-// colour.
+// colour. The resized image is written straight into the planes and only
+// the canvas around it is painted.
 func fillLetterbox(src *image.RGBA, lb letterbox, size int, pad, mul float32, dst []float32) {
 	plane := size * size
-	for i := range dst[:3*plane] {
-		dst[i] = pad * mul
-	}
-	rgb := make([]float32, lb.newW*lb.newH*3)
-	resampleWindow(src, 0, 0, float64(src.Rect.Dx()), float64(src.Rect.Dy()), lb.newW, lb.newH, rgb, 1, 0)
-	for y := range lb.newH {
-		ty := y + lb.top
-		if ty < 0 || ty >= size {
-			continue
-		}
-		for x := range lb.newW {
-			tx := x + lb.left
-			if tx < 0 || tx >= size {
+	// The part of the canvas the image covers: rows [y0, y1), columns
+	// [x0, x1).
+	x0, x1 := min(max(lb.left, 0), size), min(max(lb.left+lb.newW, 0), size)
+	y0, y1 := min(max(lb.top, 0), size), min(max(lb.top+lb.newH, 0), size)
+	padV := pad * mul
+	for c := range 3 {
+		p := dst[c*plane : (c+1)*plane]
+		for y := range size {
+			line := p[y*size : (y+1)*size]
+			if y < y0 || y >= y1 || x1 <= x0 {
+				for i := range line {
+					line[i] = padV
+				}
 				continue
 			}
-			o, s := ty*size+tx, 3*(y*lb.newW+x)
-			dst[o], dst[plane+o], dst[2*plane+o] = rgb[s]*mul, rgb[s+1]*mul, rgb[s+2]*mul
+			for i := range line[:x0] {
+				line[i] = padV
+			}
+			for i := range line[x1:] {
+				line[x1+i] = padV
+			}
 		}
 	}
+	resampleRows(src, 0, 0, float64(src.Rect.Dx()), float64(src.Rect.Dy()), lb.newW, lb.newH, mul, 0,
+		func(_ int, scratch []float32) []float32 { return scratch },
+		func(y int, rgb []float32) {
+			ty := y + lb.top
+			if ty < 0 || ty >= size {
+				return
+			}
+			r, g, b := dst[ty*size:(ty+1)*size], dst[plane+ty*size:plane+(ty+1)*size], dst[2*plane+ty*size:2*plane+(ty+1)*size]
+			for x := range lb.newW {
+				tx := x + lb.left
+				if tx < 0 || tx >= size {
+					continue
+				}
+				r[tx], g[tx], b[tx] = rgb[3*x], rgb[3*x+1], rgb[3*x+2]
+			}
+		})
 }
 
 // Detect finds the objects in req.Image, best first, boxes in image pixels.
@@ -201,21 +241,27 @@ func (y *yolo) Detect(ctx context.Context, req engine.DetectRequest) ([]engine.D
 // decodeYOLO turns the [4+nc, anchors] output into candidates (best class
 // per anchor, score >= thr), best first, at most maxCandidates.
 func decodeYOLO(out []float32, nc, anchors int, thr float32) []candidate {
-	var cands []candidate
-	for j := range anchors {
-		best, score := 0, out[4*anchors+j]
-		for c := 1; c < nc; c++ {
-			if v := out[(4+c)*anchors+j]; v > score {
-				best, score = c, v
+	// Class by class, so that the output is read in memory order (anchor
+	// by anchor it would stride through 84 rows of 8400 values).
+	score := append([]float32(nil), out[4*anchors:5*anchors]...)
+	best := make([]int32, anchors)
+	for c := 1; c < nc; c++ {
+		for j, v := range out[(4+c)*anchors : (5+c)*anchors] {
+			if v > score[j] {
+				best[j], score[j] = int32(c), v
 			}
 		}
+	}
+	var cands []candidate
+	for j := range anchors {
+		best, score := int(best[j]), score[j]
 		if score < thr {
 			continue
 		}
 		cx, cy, bw, bh := out[j], out[anchors+j], out[2*anchors+j], out[3*anchors+j]
 		cands = append(cands, candidate{class: best, score: score, box: [4]float32{cx - bw/2, cy - bh/2, cx + bw/2, cy + bh/2}})
 	}
-	sort.SliceStable(cands, func(a, b int) bool { return cands[a].score > cands[b].score })
+	byScoreDesc(cands, func(c candidate) float32 { return c.score })
 	if len(cands) > maxCandidates {
 		cands = cands[:maxCandidates]
 	}

@@ -134,3 +134,12 @@ func TestYOLORandom(t *testing.T) {
 		t.Errorf("second run differs (%v): %d vs %d detections", err, len(a), len(b))
 	}
 }
+
+// TestCOCONames: a YOLO spec without a labels file uses the 80 COCO names
+// in Ultralytics' order.
+func TestCOCONames(t *testing.T) {
+	n := cocoNames()
+	if len(n) != 80 || n[0] != "person" || n[3] != "motorcycle" || n[9] != "traffic light" || n[41] != "cup" || n[79] != "toothbrush" {
+		t.Fatalf("%d names: %q", len(n), n)
+	}
+}

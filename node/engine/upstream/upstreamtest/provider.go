@@ -20,7 +20,8 @@ import (
 )
 
 // Provider speaks the OpenAI wire format on /v1/chat/completions (JSON
-// and server-sent events), /v1/embeddings and /v1/images/generations. It
+// and server-sent events), /v1/embeddings, /v1/images/generations and
+// /v1/audio/speech (a tone per word, see speech). It
 // answers from the request: chat echoes the last user message ("echo:
 // ...", an image part read as "[image]"), word by word when streamed, and
 // answers with tool calls when tools are given; embeddings are Vector of
@@ -49,6 +50,7 @@ func NewProvider(t testing.TB, key string) *Provider {
 	mux.HandleFunc("POST /v1/chat/completions", d.chat)
 	mux.HandleFunc("POST /v1/embeddings", d.embeddings)
 	mux.HandleFunc("POST /v1/images/generations", d.images)
+	mux.HandleFunc("POST /v1/audio/speech", d.speech)
 	d.srv = httptest.NewServer(mux)
 	t.Cleanup(d.srv.Close)
 	return d

@@ -1,0 +1,75 @@
+package models
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBuiltinSpeechAndVisionEntries: the catalogue's Piper voices,
+// Florence-2 captioners and SCRFD/ArcFace pack install what their engines
+// load (node/engines.go picks the pipeline from the task and the "format"
+// option): a Piper voice names its .onnx and the .onnx.json beside it, from
+// one tagged release of the voices repository; Florence-2 names its four
+// graphs, tokenizer and generation config; SCRFD its detector and
+// embedder. Each carries a licence and a card, and a file without a known
+// sha256 is recorded on first download (none of these publishers states
+// one).
+func TestBuiltinSpeechAndVisionEntries(t *testing.T) {
+	es, err := parseCatalog(builtinCatalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]Entry{}
+	for _, e := range es {
+		byKey[e.Key] = e
+	}
+	want := map[string][]string{
+		"onnx/piper-en-us-lessac/medium":     {"model", "config"},
+		"onnx/piper-en-us-libritts-r/medium": {"model", "config"},
+		"onnx/piper-de-de-thorsten/medium":   {"model", "config"},
+		"onnx/piper-fr-fr-siwis/medium":      {"model", "config"},
+		"onnx/florence-2-base/fp32":          {"vision_encoder", "embed_tokens", "encoder", "decoder", "tokenizer", "generation_config"},
+		"onnx/florence-2-large/fp32":         {"vision_encoder", "embed_tokens", "encoder", "decoder", "tokenizer", "generation_config"},
+		"onnx/scrfd-arcface/buffalo-l":       {"detector", "embedder"},
+	}
+	for key, roles := range want {
+		e, ok := byKey[key]
+		if !ok {
+			t.Errorf("%s: not in the catalogue", key)
+			continue
+		}
+		if e.Card == nil || e.Card.License != e.License || e.License == "" {
+			t.Errorf("%s: licence %q, card %+v", key, e.License, e.Card)
+		}
+		if len(e.Install.Files) != len(roles) {
+			t.Errorf("%s: roles %v, want %v", key, e.Install.Files, roles)
+		}
+		for _, r := range roles {
+			if e.Install.Files[r] == "" {
+				t.Errorf("%s: no %q file", key, r)
+			}
+		}
+		switch {
+		case strings.HasPrefix(key, "onnx/piper-"):
+			if e.Install.Task != "text-to-speech" || e.Install.Options["format"] != "piper" {
+				t.Errorf("%s: task %q format %q", key, e.Install.Task, e.Install.Options["format"])
+			}
+			if e.Install.Files["config"] != e.Install.Files["model"]+".json" {
+				t.Errorf("%s: config %q is not the model's .onnx.json", key, e.Install.Files["config"])
+			}
+			for _, f := range e.Files {
+				if !strings.Contains(f.URL, "/resolve/v1.0.0/") || !strings.HasSuffix(f.URL, "/"+f.Name) {
+					t.Errorf("%s: %s comes from %s, not the v1.0.0 release", key, f.Name, f.URL)
+				}
+			}
+		case strings.HasPrefix(key, "onnx/florence-2-"):
+			if e.Install.Task != "image-description" || e.Install.Options["format"] == "composed" {
+				t.Errorf("%s: task %q format %q", key, e.Install.Task, e.Install.Options["format"])
+			}
+		default:
+			if e.Install.Task != "face-detection" || e.Install.Options["format"] != "scrfd" {
+				t.Errorf("%s: task %q format %q", key, e.Install.Task, e.Install.Options["format"])
+			}
+		}
+	}
+}
