@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -119,9 +120,10 @@ func (e *StatusError) AuthRefused() bool {
 // (readiness, state digest, members, key setup, routability). It dials from
 // its own source address, 127.0.0.201: the load uses 127.0.0.1 and the key
 // probes 127.0.0.200, so a node that throttles one client address for wrong
-// keys never blinds the harness, nor the harness the load.
-func NewControlClient(timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
+// keys never blinds the harness, nor the harness the load. tlsCfg is the
+// client TLS of a secured run (nil: the nodes speak cleartext).
+func NewControlClient(timeout time.Duration, tlsCfg *tls.Config) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSClientConfig: tlsCfg,
 		DialContext: (&net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 201)}}).DialContext}}
 }
 

@@ -69,6 +69,9 @@ type ClusterConfig struct {
 	DrainTimeout time.Duration
 	// StartTimeout bounds one node's start-up (listening and ready).
 	StartTimeout time.Duration
+	// Security, when set, runs TLS on every client port and mutual TLS
+	// between nodes with its certificates (see Security).
+	Security *Security
 	// ExtraArgs are appended to every serve command line.
 	ExtraArgs []string
 	// Log receives the harness's own lines.
@@ -92,6 +95,8 @@ type Node struct {
 	LogPath string
 	// GID tags the node's packets (0 when untagged).
 	GID int
+	// Scheme is "https" when the client port serves TLS, else "http".
+	Scheme string
 
 	state       NodeState
 	proc        *proc
@@ -101,7 +106,7 @@ type Node struct {
 
 // BaseURL is the node's client URL.
 func (n *Node) BaseURL() string {
-	return "http://" + net.JoinHostPort(n.IP.String(), strconv.Itoa(n.HTTPPort))
+	return n.Scheme + "://" + net.JoinHostPort(n.IP.String(), strconv.Itoa(n.HTTPPort))
 }
 
 // GossipAddr is the node's memberlist address.
@@ -167,14 +172,18 @@ func NewCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{cfg: cfg, log: cfg.Log, hc: NewControlClient(2 * time.Second)}
+	c := &Cluster{cfg: cfg, log: cfg.Log, hc: NewControlClient(2*time.Second, cfg.Security.ClientTLS())}
 	for i := 1; i <= cfg.Nodes; i++ {
 		n := &Node{
 			ID:       "n" + strconv.Itoa(i),
 			Index:    i,
 			IP:       netip.AddrFrom4([4]byte{127, 0, 0, byte(nodeIPBase + i)}),
 			HTTPPort: httpPortBase + i,
+			Scheme:   "http",
 			state:    StateDown,
+		}
+		if cfg.Security != nil {
+			n.Scheme = "https"
 		}
 		n.DataDir = filepath.Join(cfg.Dir, n.ID, "data")
 		n.LogPath = filepath.Join(cfg.Dir, n.ID, "node.log")
@@ -249,7 +258,7 @@ func (c *Cluster) Exits() []Exit {
 	return slices.Clone(c.exits)
 }
 
-func (c *Cluster) args(n *Node) []string {
+func (c *Cluster) args(n *Node) ([]string, error) {
 	listen := net.JoinHostPort(n.IP.String(), strconv.Itoa(n.HTTPPort))
 	if c.cfg.RequireKeys {
 		listen = net.JoinHostPort("0.0.0.0", strconv.Itoa(n.HTTPPort))
@@ -275,7 +284,12 @@ func (c *Cluster) args(n *Node) []string {
 			}
 		}
 	}
-	return append(args, c.cfg.ExtraArgs...)
+	sec, err := c.cfg.Security.args(n, c.cfg.Mesh)
+	if err != nil {
+		return nil, fmt.Errorf("certificates for %s: %w", n.ID, err)
+	}
+	args = append(args, sec...)
+	return append(args, c.cfg.ExtraArgs...), nil
 }
 
 // Start starts every node: the first alone (it bootstraps), then the rest
@@ -310,7 +324,12 @@ func (c *Cluster) StartNode(ctx context.Context, id string) error {
 		return fmt.Errorf("start %s: node is %s", id, n.state)
 	}
 	env := append(os.Environ(), "SERVICE_ADMIN_KEY="+c.cfg.AdminKey)
-	p, err := startProc(c.cfg.Bin, c.args(n), env, n.LogPath, n.GID)
+	args, err := c.args(n)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	p, err := startProc(c.cfg.Bin, args, env, n.LogPath, n.GID)
 	if err != nil {
 		c.mu.Unlock()
 		return err

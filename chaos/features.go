@@ -105,10 +105,11 @@ func DetectFlags(ctx context.Context, bin string) (missing []string, err error) 
 }
 
 // ProbeHTTP starts one throwaway node (a mesh of one when the mesh flags
-// exist) in dir and asks it which coming endpoints it serves.
-func ProbeHTTP(ctx context.Context, f *Features, bin, dir string, models []string, adminKey string) error {
+// exist) in dir and asks it which coming endpoints it serves; with sec
+// the node runs secured as the scenarios will.
+func ProbeHTTP(ctx context.Context, f *Features, bin, dir string, models []string, adminKey string, sec *Security) error {
 	cfg := ClusterConfig{Bin: bin, Nodes: 1, Dir: dir, Models: models, Mesh: f.Mesh, AdminKey: adminKey,
-		ClusterSecret: "probe-secret", StartTimeout: 60 * time.Second}
+		ClusterSecret: "probe-secret", StartTimeout: 60 * time.Second, Security: sec}
 	c, err := NewCluster(ctx, cfg)
 	if err != nil {
 		return err
@@ -120,7 +121,7 @@ func ProbeHTTP(ctx context.Context, f *Features, bin, dir string, models []strin
 	if err := c.Start(ctx); err != nil {
 		return fmt.Errorf("probe node: %w", err)
 	}
-	api := NewAPI(NewControlClient(5*time.Second), adminKey)
+	api := NewAPI(NewControlClient(5*time.Second, sec.ClientTLS()), adminKey)
 	base := c.Node("n1").BaseURL()
 	ok := func(path string) bool {
 		// A mesh of one may need a moment to elect itself.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -69,6 +70,8 @@ type LoadConfig struct {
 	Image []byte
 	// Seed makes choices repeatable.
 	Seed uint64
+	// TLS is the client TLS of a secured run (nil: cleartext).
+	TLS *tls.Config
 }
 
 // KeyEntry is what the load knows about one key it tried to create.
@@ -126,11 +129,11 @@ func NewLoad(cfg LoadConfig, cl *Cluster, rec *Recorder) *Load {
 	if cfg.ChatTokens <= 0 {
 		cfg.ChatTokens = 8
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second,
+	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second, TLSClientConfig: cfg.TLS,
 		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
 	// Probes come from their own address, so that a node throttling a
 	// client that sends revoked keys throttles only the probes.
-	ptr := &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{Timeout: 2 * time.Second,
+	ptr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: cfg.TLS, DialContext: (&net.Dialer{Timeout: 2 * time.Second,
 		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 200)}}).DialContext}
 	l := &Load{cfg: cfg, cl: cl, rec: rec, hc: &http.Client{Transport: tr}, probe: &http.Client{Transport: ptr},
 		sdk: map[string]openai.Client{}, sem: make(chan struct{}, cfg.MaxInflight),

@@ -42,6 +42,9 @@ type Options struct {
 	// PropagationBound is how long an acknowledged key write may take to
 	// reach a connected node (default 2 s).
 	PropagationBound time.Duration
+	// Security, when set, secures every node: TLS on the client port,
+	// mutual TLS between nodes (see Security).
+	Security *Security
 	// Log receives progress lines.
 	Log *slog.Logger
 }
@@ -156,13 +159,13 @@ func RunScenario(ctx context.Context, sc Scenario, opt Options) *Result {
 	log := opt.Log.With("scenario", sc.Name)
 	r := &Run{sc: sc, opt: opt, log: log, rng: mrand.New(mrand.NewPCG(opt.Seed, 1))}
 	admin := "sk-chaos-admin-" + randomSecret()
-	r.api = NewAPI(NewControlClient(5*time.Second), admin)
+	r.api = NewAPI(NewControlClient(5*time.Second, opt.Security.ClientTLS()), admin)
 	if opt.Features.Partitions {
 		r.fw = NewFirewall(log)
 	}
 	cfg := ClusterConfig{Bin: opt.Bin, Nodes: sc.Nodes, Dir: res.Dir, Models: opt.Models,
 		Mesh: opt.Features.Mesh && !opt.Features.Standalone, RequireKeys: opt.Features.Keys, AdminKey: admin,
-		ClusterSecret: randomSecret(), TagSources: r.fw != nil, Log: log}
+		ClusterSecret: randomSecret(), TagSources: r.fw != nil, Security: opt.Security, Log: log}
 	var err error
 	if r.cl, err = NewCluster(ctx, cfg); err != nil {
 		res.SetupErr = err.Error()
@@ -189,6 +192,12 @@ func RunScenario(ctx context.Context, sc Scenario, opt Options) *Result {
 	if err := r.waitFormed(ctx, 60*time.Second); err != nil {
 		res.SetupErr = err.Error()
 		return res
+	}
+	if opt.Security != nil {
+		if err := opt.Security.checkSecured(ctx, r.cl.Nodes()[0]); err != nil {
+			res.SetupErr = "secured run: " + err.Error()
+			return res
+		}
 	}
 	lc, err := r.loadConfig(ctx, res)
 	if err != nil {
@@ -307,7 +316,8 @@ func (r *Run) loadConfig(ctx context.Context, res *Result) (LoadConfig, error) {
 	}
 	lc := LoadConfig{Rate: r.opt.Rate, Duration: r.sc.Load, Mix: mix,
 		Model: r.opt.Model, ChatModel: r.opt.ChatModel, Image: r.opt.VisionImage, AdminKey: r.api.admin, DataKey: r.api.admin, Keys: r.opt.Features.Keys,
-		ProbeKeys: r.opt.Features.Keys, KeyPrefix: "ck-" + r.sc.Name + "-", Seed: r.opt.Seed}
+		ProbeKeys: r.opt.Features.Keys, KeyPrefix: "ck-" + r.sc.Name + "-", Seed: r.opt.Seed,
+		TLS: r.opt.Security.ClientTLS()}
 	if !r.opt.Features.Keys {
 		return lc, nil
 	}

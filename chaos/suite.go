@@ -43,6 +43,10 @@ type SuiteConfig struct {
 	ConvergenceBound time.Duration
 	// PropagationBound is Options.PropagationBound (0: 2 s).
 	PropagationBound time.Duration
+	// Secure runs every node with TLS on its client port (certificates from
+	// a CA made for the run) and mutual TLS between nodes, besides the
+	// cluster secret and keyed clients every run has.
+	Secure bool
 	// KeepData keeps the nodes' data directories of passing scenarios.
 	KeepData bool
 	// Summary receives the human-readable summary (nil: none).
@@ -85,20 +89,26 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
-	feat, err := DetectFeatures(ctx, cfg, ns)
+	var sec *Security
+	if cfg.Secure {
+		if sec, err = NewSecurity(filepath.Join(cfg.Out, "pki")); err != nil {
+			return nil, fmt.Errorf("secured run: %w", err)
+		}
+	}
+	feat, err := DetectFeatures(ctx, cfg, ns, sec)
 	if err != nil {
 		return nil, err
 	}
 	seed := cfg.Seed
 	rep := &Report{Started: time.Now(), Binary: cfg.Bin, Namespace: ns.Mode, Features: feat,
 		Options: map[string]any{"rate": cfg.Rate, "convergence_bound": cfg.ConvergenceBound.String(),
-			"propagation_bound": cfg.PropagationBound.String(), "out": cfg.Out}}
+			"propagation_bound": cfg.PropagationBound.String(), "out": cfg.Out, "secure": cfg.Secure}}
 	for i, sc := range cfg.Scenarios {
 		if ctx.Err() != nil {
 			break
 		}
 		opt := Options{Bin: cfg.Bin, Dir: cfg.Out, Models: cfg.Models, Model: cfg.Model, ChatModel: cfg.ChatModel, VisionImage: cfg.VisionImage, Features: feat,
-			Rate: cfg.Rate, ConvergenceBound: cfg.ConvergenceBound, PropagationBound: cfg.PropagationBound, Log: cfg.Log}
+			Rate: cfg.Rate, ConvergenceBound: cfg.ConvergenceBound, PropagationBound: cfg.PropagationBound, Security: sec, Log: cfg.Log}
 		if seed != 0 {
 			opt.Seed = seed + uint64(i)
 		}
@@ -165,8 +175,9 @@ func (rep *Report) Write(out string, w io.Writer) error {
 	return errors.Join(errs...)
 }
 
-// DetectFeatures finds out what the binary and the namespace can do.
-func DetectFeatures(ctx context.Context, cfg SuiteConfig, ns *Namespace) (Features, error) {
+// DetectFeatures finds out what the binary and the namespace can do (with
+// sec: what a secured node can do).
+func DetectFeatures(ctx context.Context, cfg SuiteConfig, ns *Namespace, sec *Security) (Features, error) {
 	var f Features
 	missing, err := DetectFlags(ctx, cfg.Bin)
 	if err != nil {
@@ -175,7 +186,7 @@ func DetectFeatures(ctx context.Context, cfg SuiteConfig, ns *Namespace) (Featur
 	f.Mesh, f.MissingFlags = len(missing) == 0, missing
 	f.Standalone = cfg.Standalone && !f.Mesh
 	f.Partitions, f.NoPartitionWhy = ns.CanPartition, ns.NoPartitionWhy
-	if err := ProbeHTTP(ctx, &f, cfg.Bin, filepath.Join(cfg.Out, "probe"), cfg.Models, "sk-chaos-probe-"+randomSecret()); err != nil {
+	if err := ProbeHTTP(ctx, &f, cfg.Bin, filepath.Join(cfg.Out, "probe"), cfg.Models, "sk-chaos-probe-"+randomSecret(), sec); err != nil {
 		return f, fmt.Errorf("feature probe: %w", err)
 	}
 	os.RemoveAll(filepath.Join(cfg.Out, "probe"))

@@ -55,6 +55,9 @@ func verdictOf(vs []Verdict, check string) Verdict {
 func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "infermesh chaos run %s\n", rep.Started.Format(time.RFC3339))
 	fmt.Fprintf(w, "binary %s, namespace %s\n", rep.Binary, rep.Namespace)
+	if sec, _ := rep.Options["secure"].(bool); sec {
+		fmt.Fprintln(w, "secured: TLS on client ports, mutual TLS between nodes, cluster secret, keyed clients")
+	}
 	f := rep.Features
 	fmt.Fprintf(w, "features: mesh=%v partitions=%v state-digest=%v members=%v keys=%v\n", f.Mesh, f.Partitions, f.Digest, f.Members, f.Keys)
 	if len(f.MissingFlags) > 0 {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,8 +70,9 @@ func (n *Node) startLegacy() error {
 	if n.tls != nil && n.tls.client != nil {
 		// The legacy port serves the client certificate too (reloaded
 		// with it).
-		ln, scheme = tls.NewListener(ln, n.tls.client.serverConfig()), "https://"
+		scheme = "https://"
 	}
+	ln = n.tls.ClientListener(ln, 10*time.Second)
 	h := legacy.New(legacy.Options{
 		V1:          n.api.Handler(),
 		EndDate:     lc.EndDate,

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -169,9 +168,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
 	ln = limitPerClient(ln, n.cfg.MaxConnsPerClient, nil)
-	if n.tls.client != nil {
-		ln = tls.NewListener(ln, n.tls.client.serverConfig())
-	}
+	// TLS when configured, and Go's own plain-text protocol errors answered
+	// as OpenAI JSON errors (tls.go).
+	ln = n.tls.ClientListener(ln, 10*time.Second)
 	n.ln = ln
 	n.engines.onChange = n.publishModels
 	if err := n.startCluster(ln.Addr().String()); err != nil {

@@ -1,17 +1,24 @@
 package node
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/infermesh/infermesh/consensus/rpcmux"
+	"github.com/infermesh/infermesh/node/api"
 )
 
 // TLS for the node's listeners, with certificates that reload without a
@@ -262,3 +269,209 @@ func (n *Node) ReloadTLS() error {
 	}
 	return n.tls.reload(true)
 }
+
+// Errors net/http answers itself.
+//
+// net/http answers some malformed requests before any handler runs, with a
+// bare text reply written straight to the connection: 501 for an unknown
+// Transfer-Encoding, 431 for oversized headers, 400 for a malformed
+// request line, header or Host. ClientListener wraps the client and legacy
+// ports so that these replies leave as OpenAI-style JSON errors (same
+// status, "Connection: close"), like every other error of the API. The
+// wrapper sees plaintext: on TLS ports it completes the handshake itself,
+// then hands net/http the *tls.Conn for HTTP/2 (which has no such replies;
+// a malformed HTTP/2 request is a stream error) and a wrapped connection
+// for HTTP/1.1, so HTTP/1.1 requests over TLS carry no r.TLS (the API does
+// not read it).
+
+// goReplyHeaders is what net/http writes between the status line and the
+// body of its own replies (server.go, conn.serve).
+const goReplyHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// goReplyJSON returns the JSON form of one of net/http's own replies, or
+// nil when b is not one. A handler's answer never matches: it carries a
+// Date header (net/http adds it) and its headers are sorted (Connection
+// before Content-Type).
+func goReplyJSON(b []byte) []byte {
+	const proto = "HTTP/1.1 "
+	if !bytes.HasPrefix(b, []byte(proto)) || len(b) < len(proto)+3 {
+		return nil
+	}
+	head, body, ok := bytes.Cut(b[len(proto):], []byte(goReplyHeaders))
+	if !ok || bytes.IndexByte(head, '\n') >= 0 || bytes.Contains(body, []byte(goReplyHeaders)) {
+		return nil
+	}
+	status, err := strconv.Atoi(string(head[:3]))
+	if err != nil || status < 400 || status > 599 {
+		return nil
+	}
+	var e *api.APIError
+	switch status {
+	case http.StatusNotImplemented:
+		e = api.Errorf(status, api.TypeInvalidRequest, "unsupported_transfer_encoding", "Transfer-Encoding",
+			"the request's Transfer-Encoding is not supported: send the body with Content-Length or Transfer-Encoding: chunked")
+	case http.StatusRequestHeaderFieldsTooLarge:
+		e = api.Errorf(status, api.TypeInvalidRequest, "request_header_fields_too_large", "",
+			"the request's header fields are too large")
+	default:
+		// "400 Bad Request" or "400 Bad Request: malformed Host header".
+		msg := "malformed HTTP request"
+		if _, detail, ok := strings.Cut(string(body), ": "); ok && detail != "" {
+			msg += ": " + detail
+		}
+		e = api.Errorf(status, api.TypeInvalidRequest, "malformed_request", "", msg)
+	}
+	j, _ := json.Marshal(map[string]*api.APIError{"error": e})
+	j = append(j, '\n')
+	out := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		status, http.StatusText(status), len(j))
+	return append(out, j...)
+}
+
+// jsonReplyConn rewrites net/http's own replies (written in one Write) into
+// JSON errors.
+type jsonReplyConn struct {
+	net.Conn
+}
+
+// Write implements net.Conn.
+func (c jsonReplyConn) Write(b []byte) (int, error) {
+	if j := goReplyJSON(b); j != nil {
+		if _, err := c.Conn.Write(j); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// CloseWrite half-closes the connection when the inner one can (net/http
+// does before closing after its 431 reply, so that the client reads it).
+func (c jsonReplyConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// jsonReplyListener wraps every accepted connection in a jsonReplyConn.
+type jsonReplyListener struct {
+	net.Listener
+}
+
+// Accept implements net.Listener.
+func (l jsonReplyListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return jsonReplyConn{c}, nil
+}
+
+// ClientListener wraps ln, the client or legacy port's listener: TLS when
+// --tls-cert is set (handshakes bounded by handshakeTimeout), and JSON
+// bodies for net/http's own error replies (see above).
+func (s *tlsState) ClientListener(ln net.Listener, handshakeTimeout time.Duration) net.Listener {
+	if s == nil || s.client == nil {
+		return jsonReplyListener{ln}
+	}
+	return newTLSListener(ln, s.client.serverConfig(), handshakeTimeout)
+}
+
+// tlsListener completes TLS handshakes on connections from an inner
+// listener, each in its own goroutine (a slow client holds nobody else
+// up), and hands net/http the finished connections.
+type tlsListener struct {
+	inner   net.Listener
+	cfg     *tls.Config
+	timeout time.Duration
+	conns   chan net.Conn
+	errc    chan error
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newTLSListener(inner net.Listener, cfg *tls.Config, timeout time.Duration) *tlsListener {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	l := &tlsListener{inner: inner, cfg: cfg, timeout: timeout, conns: make(chan net.Conn),
+		errc: make(chan error, 1), done: make(chan struct{})}
+	go l.acceptLoop()
+	return l
+}
+
+func (l *tlsListener) acceptLoop() {
+	for {
+		raw, err := l.inner.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			l.errc <- err
+			return
+		}
+		go l.handshake(raw)
+	}
+}
+
+// handshake runs the server handshake on raw and delivers the connection:
+// a *tls.Conn for HTTP/2, wrapped for HTTP/1.1. A client that speaks
+// cleartext HTTP to the TLS port gets a JSON 400, as net/http would send
+// its text one.
+func (l *tlsListener) handshake(raw net.Conn) {
+	c := tls.Server(raw, l.cfg)
+	_ = raw.SetDeadline(time.Now().Add(l.timeout))
+	if err := c.Handshake(); err != nil {
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader[:]) {
+			_, _ = jsonReplyConn{re.Conn}.Write([]byte("HTTP/1.1 400 Bad Request" + goReplyHeaders + "400 Bad Request: client sent an HTTP request to an HTTPS server"))
+		}
+		_ = raw.Close()
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
+	var out net.Conn = c
+	if c.ConnectionState().NegotiatedProtocol != "h2" {
+		out = jsonReplyConn{c}
+	}
+	select {
+	case l.conns <- out:
+	case <-l.done:
+		_ = c.Close()
+	}
+}
+
+// looksLikeHTTP reports whether a TLS record header is in fact the start
+// of an HTTP/1 request (net/http's test for the same reply).
+func looksLikeHTTP(hdr []byte) bool {
+	switch string(hdr) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO", "DELET", "PATCH":
+		return true
+	}
+	return false
+}
+
+// Accept implements net.Listener.
+func (l *tlsListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case err := <-l.errc:
+		l.errc <- err // every later Accept fails alike
+		return nil, err
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (l *tlsListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.inner.Close()
+}
+
+// Addr implements net.Listener.
+func (l *tlsListener) Addr() net.Addr { return l.inner.Addr() }

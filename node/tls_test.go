@@ -1,8 +1,14 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,4 +110,117 @@ func TestTLSSettingsComeInSets(t *testing.T) {
 	if errs := (&Config{TLSCert: "a", TLSKey: "b", PeerCert: "c", PeerKey: "d", PeerCA: "e"}).validateTLS(); len(errs) != 0 {
 		t.Errorf("complete sets refused: %v", errs)
 	}
+}
+
+// rawExchange sends req on a fresh connection from dial and returns the
+// parsed answer and its body.
+func rawExchange(t *testing.T, dial func() (net.Conn, error), req string) (*http.Response, []byte) {
+	t.Helper()
+	c, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, body
+}
+
+// wantJSONError checks an OpenAI-style error answer.
+func wantJSONError(t *testing.T, res *http.Response, body []byte, status int, code string) {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Message, Type, Code string
+		} `json:"error"`
+	}
+	if res.StatusCode != status || res.Header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &e) != nil ||
+		e.Error.Code != code || e.Error.Type != "invalid_request_error" || e.Error.Message == "" {
+		t.Fatalf("want %d %s as a JSON error, got %d %q %s", status, code, res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+}
+
+// serveClientPort serves h on a loopback listener wrapped by s (nil: no
+// TLS) as the node's client port is.
+func serveClientPort(t *testing.T, s *tlsState, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 4 << 10}
+	wrapped := s.ClientListener(ln, 5*time.Second)
+	go srv.Serve(wrapped)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+func TestClientPortAnswersGoOwnErrorsAsJSON(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Connection", "close")
+		_, _ = io.WriteString(w, "Unsupported transfer encoding") // a handler may say the same words
+	})
+	ca := tlstest.NewCA(t, "ca")
+	dir := t.TempDir()
+	ca.Valid(t, "node").WriteFiles(t, filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key"))
+	secure, err := newTLSState(Config{TLSCert: filepath.Join(dir, "c.crt"), TLSKey: filepath.Join(dir, "c.key")}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    *tlsState
+	}{{"cleartext", nil}, {"tls", secure}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serveClientPort(t, tc.s, ok)
+			dial := func() (net.Conn, error) { return net.Dial("tcp", addr) }
+			if tc.s != nil {
+				dial = func() (net.Conn, error) {
+					return tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+				}
+			}
+			res, body := rawExchange(t, dial, "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+			wantJSONError(t, res, body, http.StatusNotImplemented, "unsupported_transfer_encoding")
+			res, body = rawExchange(t, dial, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 8<<10)+"\r\n\r\n")
+			wantJSONError(t, res, body, http.StatusRequestHeaderFieldsTooLarge, "request_header_fields_too_large")
+			res, body = rawExchange(t, dial, "GET / HTTP/1.1\r\nHost: a b\r\n\r\n")
+			wantJSONError(t, res, body, http.StatusBadRequest, "malformed_request")
+			// A handler's answer, even with the same words, is left alone;
+			// so is the second request of a kept-alive connection.
+			res, body = rawExchange(t, dial, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			if res.StatusCode != 200 || string(body) != "Unsupported transfer encoding" {
+				t.Fatalf("handler answer changed: %d %q", res.StatusCode, body)
+			}
+		})
+	}
+	t.Run("tls-extras", func(t *testing.T) {
+		addr := serveClientPort(t, secure, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, r.Proto)
+		}))
+		// HTTP/2 still works over the port's TLS.
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: true}}
+		res, err := hc.Get("https://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if string(b) != "HTTP/2.0" {
+			t.Fatalf("want HTTP/2.0 over TLS, got %q", b)
+		}
+		// Cleartext HTTP on the TLS port: a JSON 400.
+		res, body := rawExchange(t, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		wantJSONError(t, res, body, http.StatusBadRequest, "malformed_request")
+	})
 }

@@ -2,13 +2,18 @@ package rpcmux_test
 
 import (
 	"context"
+	"crypto/subtle"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/infermesh/infermesh/consensus/rpcmux"
@@ -25,7 +30,9 @@ type hop struct {
 	client *forward.Client
 }
 
-func startHop(b *testing.B, server, client *rpcmux.PeerTLS, h http.Handler) *hop {
+// startHop starts a hop. With auth nil the calls are signed by peerauth
+// (the node's way); else auth signs and checks them.
+func startHop(b *testing.B, server, client *rpcmux.PeerTLS, auth connect.Interceptor, h http.Handler) *hop {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +43,7 @@ func startHop(b *testing.B, server, client *rpcmux.PeerTLS, h http.Handler) *hop
 		b.Fatal(err)
 	}
 	go m.Serve()
-	srv, err := forward.NewServer(forward.ServerConfig{NodeID: "srv", ClusterSecret: benchSecret, ChunkSize: 32 << 10}, h, nil, prometheus.NewRegistry())
+	srv, err := forward.NewServer(forward.ServerConfig{NodeID: "srv", ClusterSecret: benchSecret, Verifier: auth, ChunkSize: 32 << 10}, h, nil, prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +54,7 @@ func startHop(b *testing.B, server, client *rpcmux.PeerTLS, h http.Handler) *hop
 		hs.Protocols.SetHTTP2(true)
 	}
 	go hs.Serve(m.HTTP())
-	cfg := forward.ClientConfig{NodeID: "origin", ClusterSecret: benchSecret}
+	cfg := forward.ClientConfig{NodeID: "origin", ClusterSecret: benchSecret, Signer: auth}
 	if client != nil {
 		cfg.Dial = client.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)
 	}
@@ -79,13 +86,67 @@ func (h *hop) call(b *testing.B, req *forward.Request) {
 	s.Close()
 }
 
+// secretHeader is how node-to-node calls were authenticated before
+// mesh/peerauth: the cluster secret itself in a header, compared on the
+// callee. It is the baseline ("today's throughput") of the benchmark.
+type secretHeader struct{ secret string }
+
+const secretHeaderName = "X-Infermesh-Cluster-Secret"
+
+func (s secretHeader) check(h http.Header) error {
+	if subtle.ConstantTimeCompare([]byte(h.Get(secretHeaderName)), []byte(s.secret)) != 1 {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("wrong secret"))
+	}
+	return nil
+}
+
+func (s secretHeader) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			req.Header().Set(secretHeaderName, s.secret)
+		} else if err := s.check(req.Header()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (s secretHeader) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		c := next(ctx, spec)
+		c.RequestHeader().Set(secretHeaderName, s.secret)
+		return c
+	}
+}
+
+func (s secretHeader) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := s.check(conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
 // BenchmarkForwardHopMTLS measures the forwarding hop (mesh/forward over
-// the RPC mux, signed calls, 1 KiB JSON answers, as the node forwards
-// embeddings) with mutual TLS on the RPC port and without, interleaved so
-// that load from other processes hits both alike. c1 alternates single
-// calls; c64 alternates rounds of 64 concurrent callers. Each reports the
-// calls per second of both and mtls/clear, the throughput ratio
-// (connections are pooled, so TLS handshakes happen once per connection).
+// the RPC mux, 1 KiB JSON answers, as the node forwards embeddings) three
+// ways, interleaved so that load from other processes hits all alike:
+//
+//   - base: cleartext, the secret in a header (before issue 21);
+//   - auth: cleartext, calls signed by mesh/peerauth;
+//   - mtls: mutual TLS on the RPC port and peerauth (a node with
+//     --peer-cert).
+//
+// c1 alternates single calls; c64 alternates rounds of 64 concurrent
+// callers, 20 calls each. Each reports the calls per second of every
+// variant, and auth/base, mtls/base and mtls/auth as the median over
+// rounds of each round's ratio (a round runs every variant once, in a
+// rotating order), which a burst of load elsewhere moves less than a
+// ratio of totals; cpu-<ratio> is the same over the process's CPU time
+// (user+system, both ends of the hop run in this process), the throughput
+// ratio of a CPU-bound hop, which the load of other processes on a shared
+// machine moves even less. Connections are pooled and opened by an untimed first
+// round: TLS handshakes happen once per connection, before timing.
 func BenchmarkForwardHopMTLS(b *testing.B) {
 	body := make([]byte, 1024)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -102,35 +163,55 @@ func BenchmarkForwardHopMTLS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hops := [2]*hop{startHop(b, nil, nil, h), startHop(b, srvTLS, cliTLS, h)}
+	const base, auth, mtls = 0, 1, 2
+	names := [3]string{"base", "auth", "mtls"}
+	hops := [3]*hop{startHop(b, nil, nil, secretHeader{benchSecret}, h), startHop(b, nil, nil, nil, h), startHop(b, srvTLS, cliTLS, nil, h)}
 	req := &forward.Request{Method: "POST", Path: "/v1/embeddings", Body: []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`),
 		Header: http.Header{"Content-Type": {"application/json"}}, Unary: true}
-	report := func(b *testing.B, spent [2]time.Duration, calls float64) {
-		clear, mtls := calls/spent[0].Seconds(), calls/spent[1].Seconds()
-		b.ReportMetric(clear, "clear-calls/s")
-		b.ReportMetric(mtls, "mtls-calls/s")
-		b.ReportMetric(mtls/clear, "mtls/clear")
-	}
-	b.Run("c1", func(b *testing.B) {
-		var spent [2]time.Duration
+	// run times one round of every variant per iteration and reports.
+	run := func(b *testing.B, callsPerRound int, round func(*hop)) {
+		var spent, cpuSpent [3]time.Duration
+		var ratios, cpuRatios [3][]float64 // auth/base, mtls/base, mtls/auth per round
+		// A first round, untimed, opens the pooled connections (and
+		// makes the TLS handshakes) the timed rounds reuse, as a node's
+		// pool does in steady state.
+		for _, hp := range hops {
+			round(hp)
+		}
 		first := 0
 		for b.Loop() {
-			for k := range 2 {
-				i := (first + k) % 2
-				start := time.Now()
-				hops[i].call(b, req)
-				spent[i] += time.Since(start)
+			var t, c [3]time.Duration
+			for k := range 3 {
+				i := (first + k) % 3
+				start, cpu0 := time.Now(), processCPU(b)
+				round(hops[i])
+				t[i], c[i] = time.Since(start), processCPU(b)-cpu0
+				spent[i] += t[i]
+				cpuSpent[i] += c[i]
 			}
-			first = 1 - first
+			first = (first + 1) % 3
+			// Throughput ratio = inverse time ratio.
+			for j, pair := range [3][2]int{{base, auth}, {base, mtls}, {auth, mtls}} {
+				ratios[j] = append(ratios[j], t[pair[0]].Seconds()/t[pair[1]].Seconds())
+				cpuRatios[j] = append(cpuRatios[j], c[pair[0]].Seconds()/c[pair[1]].Seconds())
+			}
 		}
-		report(b, spent, float64(b.N))
+		calls := float64(b.N * callsPerRound)
+		for i, n := range names {
+			b.ReportMetric(calls/spent[i].Seconds(), n+"-calls/s")
+			b.ReportMetric(float64(cpuSpent[i].Nanoseconds())/1e3/calls, n+"-cpu-µs/call")
+		}
+		for i, n := range [3]string{"auth/base", "mtls/base", "mtls/auth"} {
+			b.ReportMetric(median(ratios[i]), n)
+			b.ReportMetric(median(cpuRatios[i]), "cpu-"+n)
+		}
+	}
+	b.Run("c1", func(b *testing.B) {
+		run(b, 1, func(hp *hop) { hp.call(b, req) })
 	})
 	b.Run("c64", func(b *testing.B) {
 		const workers, perWorker = 64, 20
-		var spent [2]time.Duration
-		first := 0
-		round := func(hp *hop) time.Duration {
-			start := time.Now()
+		run(b, workers*perWorker, func(hp *hop) {
 			var wg sync.WaitGroup
 			for range workers {
 				wg.Add(1)
@@ -142,15 +223,27 @@ func BenchmarkForwardHopMTLS(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			return time.Since(start)
-		}
-		for b.Loop() {
-			for k := range 2 {
-				i := (first + k) % 2
-				spent[i] += round(hops[i])
-			}
-			first = 1 - first
-		}
-		report(b, spent, float64(b.N*workers*perWorker))
+		})
 	})
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

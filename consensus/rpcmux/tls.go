@@ -2,6 +2,7 @@ package rpcmux
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -28,6 +29,13 @@ import (
 // On the wire that is ordinary HTTP/2 or HTTP/1.1 over TLS; the callers
 // (Connect clients built for http:// URLs) do not change.
 //
+// Reconnections resume TLS 1.3 sessions (PSK with a fresh ECDHE exchange):
+// no certificate signature or chain building on either side, while both
+// sides still check the peer's certificate chain against the CA pool in
+// force at that moment, so a CA removed by a rotation is refused on
+// resumption as on a full handshake. Update starts a new session cache and
+// new ticket keys, so sessions never outlive a rotation.
+//
 // Any certificate issued by the peer CA is a valid peer, whatever its name:
 // the CA must be dedicated to the mesh. Host names and IP SANs are not
 // checked, because peers are dialled at whatever address gossip reports.
@@ -51,7 +59,14 @@ type PeerTLS struct {
 type peerState struct {
 	cert *tls.Certificate
 	pool *x509.CertPool
+	// sessions holds this node's client sessions with its peers (keyed by
+	// address); tickets are the keys of the tickets it issues as a server.
+	sessions tls.ClientSessionCache
+	tickets  [][32]byte
 }
+
+// sessionCacheSize bounds the client sessions kept: a few per peer.
+const sessionCacheSize = 1024
 
 // NewPeerTLS returns a PeerTLS presenting cert and trusting peers whose
 // certificates chain to a certificate in ca.
@@ -79,7 +94,11 @@ func (p *PeerTLS) Update(cert tls.Certificate, ca *x509.CertPool) error {
 		}
 		cert.Leaf = leaf
 	}
-	p.state.Store(&peerState{cert: &cert, pool: ca})
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("rpcmux: session ticket key: %w", err)
+	}
+	p.state.Store(&peerState{cert: &cert, pool: ca, sessions: tls.NewLRUClientSessionCache(sessionCacheSize), tickets: [][32]byte{key}})
 	return nil
 }
 
@@ -94,7 +113,7 @@ func (p *PeerTLS) ServerConfig() *tls.Config {
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			s := p.state.Load()
-			return &tls.Config{
+			c := &tls.Config{
 				MinVersion: tls.VersionTLS13,
 				// Node-to-node connections are long-lived and pooled;
 				// full-size records from the start save a write per
@@ -104,7 +123,12 @@ func (p *PeerTLS) ServerConfig() *tls.Config {
 				ClientAuth:                  tls.RequireAndVerifyClientCert,
 				ClientCAs:                   s.pool,
 				NextProtos:                  []string{ALPNHTTP2, ALPNHTTP1, ALPNRaft},
-			}, nil
+				// On resumption crypto/tls checks the session's verified
+				// chains against ClientCAs (this pool) and falls back to
+				// a full handshake when none is valid any more.
+			}
+			c.SetSessionTicketKeys(s.tickets)
+			return c, nil
 		},
 	}
 }
@@ -118,12 +142,14 @@ func (p *PeerTLS) ClientConfig(alpn string) *tls.Config {
 		MinVersion:                  tls.VersionTLS13,
 		DynamicRecordSizingDisabled: true,
 		NextProtos:                  []string{alpn},
+		ClientSessionCache:          p.state.Load().sessions,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return p.state.Load().cert, nil
 		},
 		// The standard verification pins RootCAs at construction and
 		// checks the host name; VerifyConnection does the chain check
-		// against the pool in force at handshake time instead.
+		// against the pool in force at handshake time instead (on
+		// resumed sessions too).
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			return p.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)

@@ -1,8 +1,11 @@
 package rpcmux
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -255,4 +258,144 @@ func TestPeerTLSRotation(t *testing.T) {
 	if err := raftEcho(addr, client, testSecret); err != nil {
 		t.Fatalf("after a refused update: %v", err)
 	}
+}
+
+func TestPeerTLSResumesSessionsAndRechecksTheCA(t *testing.T) {
+	ca := tlstest.NewCA(t, "mesh-ca")
+	srvTLS := peer(t, ca, ca.Valid(t, "server"))
+	addr := tlsMux(t, srvTLS).Addr().String()
+	client := peer(t, ca, ca.Valid(t, "client"))
+	dial := client.DialContext(ALPNHTTP1, 5*time.Second)
+	// get opens a connection, makes one HTTP/1.1 request on it (the
+	// client reads the session ticket with the answer) and reports whether
+	// the handshake resumed a session.
+	get := func() (resumed bool, err error) {
+		c, err := dial(context.Background(), "tcp", addr)
+		if err != nil {
+			return false, err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: peer\r\n\r\n"); err != nil {
+			return false, err
+		}
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false, err
+		}
+		b, err := io.ReadAll(res.Body)
+		if err != nil || string(b) != "HTTP/1.1 mtls:client" {
+			return false, fmt.Errorf("answer %q, %v", b, err)
+		}
+		return c.(*tls.Conn).ConnectionState().DidResume, nil
+	}
+	if resumed, err := get(); err != nil || resumed {
+		t.Fatalf("first connection: resumed %v, %v", resumed, err)
+	}
+	if resumed, err := get(); err != nil || !resumed {
+		t.Fatalf("second connection: resumed %v, %v; want a resumed session", resumed, err)
+	}
+
+	// The server's pool changes under a session it would still accept (same
+	// ticket keys): the resumed session's chain is checked against the new
+	// pool and refused.
+	other := tlstest.NewCA(t, "other-ca")
+	st := *srvTLS.state.Load()
+	st.pool = other.Pool()
+	srvTLS.state.Store(&st)
+	if _, err := get(); err == nil {
+		t.Fatal("a session of a certificate from a retired CA was resumed")
+	}
+	st.pool = ca.Pool()
+	srvTLS.state.Store(&st)
+	if _, err := get(); err != nil {
+		t.Fatalf("after restoring the pool: %v", err)
+	}
+
+	// The same from the client's side: the server's chain is checked on
+	// resumption against the client's pool in force.
+	cst := *client.state.Load()
+	cst.pool = other.Pool()
+	client.state.Store(&cst)
+	if _, err := get(); err == nil {
+		t.Fatal("the client resumed a session with a server of a retired CA")
+	}
+	cst.pool = ca.Pool()
+	client.state.Store(&cst)
+
+	// Update starts new ticket keys and a new session cache: the next
+	// connection is a full handshake.
+	if err := srvTLS.Update(ca.Valid(t, "server").TLS, ca.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	if resumed, err := get(); err != nil || resumed {
+		t.Fatalf("after the server's Update: resumed %v, %v; want a full handshake", resumed, err)
+	}
+	if resumed, err := get(); err != nil || !resumed {
+		t.Fatalf("after a full handshake: resumed %v, %v", resumed, err)
+	}
+}
+
+// BenchmarkPeerTLSHandshake is the cost of a new connection to a peer
+// (TCP, mutual TLS 1.3 handshake, reading the session ticket) with a full
+// handshake (an empty session cache, as after a rotation) and with a
+// resumed session (every later connection to the same peer).
+func BenchmarkPeerTLSHandshake(b *testing.B) {
+	ca := tlstest.NewCA(b, "mesh-ca")
+	srv, err := NewPeerTLS(ca.Valid(b, "server").TLS, ca.Pool())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(ln, testSecret, nil, WithPeerTLS(srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	go m.Serve()
+	hs := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	go func() { _ = hs.Serve(m.HTTP()) }()
+	b.Cleanup(func() { hs.Close(); m.Close() })
+	leaf := ca.Valid(b, "client")
+	connect := func(b *testing.B, p *PeerTLS) bool {
+		c, err := p.DialContext(ALPNHTTP1, 5*time.Second)(context.Background(), "tcp", m.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: peer\r\n\r\n"); err != nil {
+			b.Fatal(err)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		return c.(*tls.Conn).ConnectionState().DidResume
+	}
+	b.Run("full", func(b *testing.B) {
+		for b.Loop() {
+			p, err := NewPeerTLS(leaf.TLS, ca.Pool())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if connect(b, p) {
+				b.Fatal("resumed without a session")
+			}
+		}
+	})
+	b.Run("resumed", func(b *testing.B) {
+		p, err := NewPeerTLS(leaf.TLS, ca.Pool())
+		if err != nil {
+			b.Fatal(err)
+		}
+		connect(b, p)
+		for b.Loop() {
+			if !connect(b, p) {
+				b.Fatal("not resumed")
+			}
+		}
+	})
 }

@@ -3,6 +3,7 @@
 // summary and a PNG timeline. It exits non-zero on any checker violation.
 //
 //	go run ./chaos/cmd/chaos -scenarios all
+//	go run ./chaos/cmd/chaos -scenarios all -secure
 //	go run ./chaos/cmd/chaos -scenarios short-random-kill -bin bin/infermesh
 //	go run ./chaos/cmd/chaos -list
 package main
@@ -44,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	propagation := fs.Duration("propagation-bound", 2*time.Second, "how long an acknowledged key write may take to reach a connected node")
 	standalone := fs.Bool("standalone", false, "when the binary has no mesh flags, run on independent nodes anyway (harness development only)")
 	disable := fs.String("disable", "", "comma-separated features to treat as missing: mesh, partitions, state-digest, members, keys")
+	secure := fs.Bool("secure", false, "TLS on every client port and mutual TLS between nodes, with certificates from a CA made for the run (a cluster secret and keyed clients are always on)")
 	keep := fs.Bool("keep-data", false, "keep node data directories of passing scenarios")
 	list := fs.Bool("list", false, "list the scenarios and what each needs, then exit")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -110,7 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	rep, err := chaos.RunSuite(ctx, chaos.SuiteConfig{VisionImage: image, Bin: *bin, Out: *out, Scenarios: scs, Models: splitList(*models), Model: *model, ChatModel: *chat,
 		Standalone: *standalone, Disable: dis, Rate: *rate, Seed: *seed, ConvergenceBound: *convergence,
-		PropagationBound: *propagation, KeepData: *keep, Summary: stdout, Log: log})
+		PropagationBound: *propagation, Secure: *secure, KeepData: *keep, Summary: stdout, Log: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "chaos:", err)
 		return 2
