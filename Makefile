@@ -69,6 +69,7 @@ fuzz:
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...
+	@if command -v wrk >/dev/null; then scripts/hopbench.sh; else echo "hopbench skipped: wrk not installed (HOPBENCH_INSTALL=1 scripts/hopbench.sh installs wrk, nginx and haproxy)"; fi
 
 # Every full-length chaos scenario (5 real nodes each, about 12 min) in a
 # private network namespace, secured: TLS on every client port and mutual

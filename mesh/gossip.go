@@ -92,6 +92,53 @@ func (m *Mesh) sendAll(msg []byte) {
 	wg.Wait()
 }
 
+// greetQueue bounds the members waiting for this node's record; when more
+// arrive at once the rest learn it from gossip and push-pull.
+const greetQueue = 256
+
+// greet queues this node's record for a member that just appeared. Gossip
+// spreads records too, but a broadcast sent while a node had few members
+// is retransmitted only a few times and may never reach a member that
+// appeared later; push-pull repairs that, after up to PushPullInterval
+// (30 s on a LAN). Sending each new member the record directly (both
+// sides do, as each sees the other join) makes a cluster started at once
+// list every member ready as soon as memberlist knows them all. It runs
+// under memberlist's locks: it must not block.
+func (m *Mesh) greet(n *memberlist.Node) {
+	c := *n // memberlist changes its nodes in place once its lock is released
+	select {
+	case m.greetCh <- &c:
+	default:
+	}
+}
+
+// greetLoop sends this node's current record to each member greet queued:
+// a UDP packet when it fits, else over TCP.
+func (m *Mesh) greetLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case n := <-m.greetCh:
+			r := m.table.record(m.cfg.NodeID)
+			if r == nil {
+				continue
+			}
+			msg := encodeRecord(r)
+			var err error
+			if len(msg) <= m.maxCast {
+				err = m.ml.SendBestEffort(n, msg)
+			} else {
+				err = m.ml.SendReliable(n, msg)
+			}
+			if err != nil {
+				m.log.Debug("greeting a new member", "peer", n.Name, "err", err)
+			}
+		}
+	}
+}
+
 // receive merges one record from gossip; relay says whether an accepted
 // record should be gossiped on (records that arrived by broadcast are
 // relayed once, so they spread even if the owner's retransmits are lost).
@@ -192,6 +239,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	m.evMu.Unlock()
 	if n.Name != m.cfg.NodeID {
 		m.log.Info("peer joined", "peer", n.Name, "addr", n.Address())
+		m.greet(n)
 	}
 	m.membershipChanged()
 }

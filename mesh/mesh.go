@@ -44,6 +44,7 @@ type Mesh struct {
 	joined     chan struct{}
 	joinedOnce sync.Once
 	memberCh   chan struct{} // membership changed (wakes the join loop)
+	greetCh    chan *memberlist.Node
 	stop       chan struct{}
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
@@ -85,6 +86,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 		hub:      newHub(),
 		joined:   make(chan struct{}),
 		memberCh: make(chan struct{}, 1),
+		greetCh:  make(chan *memberlist.Node, greetQueue),
 		stop:     make(chan struct{}),
 		// Leave room in a UDP packet for memberlist's framing, compound
 		// headers, a label and encryption.
@@ -113,9 +115,10 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	}
 	m.ml = ml
 	m.log.Info("mesh started", "gossip", m.GossipAddr(), "encrypted", cfg.EncryptionKey != nil, "join", cfg.Join)
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.publishLoop()
 	go m.joinLoop()
+	go m.greetLoop()
 	return m, nil
 }
 
@@ -369,11 +372,40 @@ func (m *Mesh) joinLoop() {
 			}
 			m.log.Info("joined mesh", "members", m.table.members.Load())
 			delay = m.cfg.JoinBackoffMin
+			m.wg.Add(1)
+			go m.catchUp()
 		}
 		select {
 		case <-m.stop:
 			return
 		case <-m.memberCh:
+		}
+	}
+}
+
+// catchUp runs a few full state exchanges (push-pull) with a random member
+// shortly after the node joined. The join's own push-pull gave the node
+// every member and record its seed knew then; nodes that joined the seed
+// later reach it by gossip, whose few retransmits can miss a node, and
+// memberlist's periodic push-pull repairs that only every
+// PushPullInterval (30 s on a LAN). When many nodes start together this
+// brings every node the full membership within seconds. The waits are 5
+// and then 20 gossip intervals (1 s and 4 s more on a LAN).
+func (m *Mesh) catchUp() {
+	defer m.wg.Done()
+	for _, k := range []int{5, 20} {
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(time.Duration(k) * m.cfg.Timers.GossipInterval):
+		}
+		others := m.table.otherAddrs()
+		if len(others) == 0 {
+			return
+		}
+		addr := others[rand.N(len(others))]
+		if _, err := m.ml.Join([]string{addr}); err != nil {
+			m.log.Debug("catch-up push-pull", "peer", addr, "err", err)
 		}
 	}
 }

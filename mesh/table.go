@@ -180,6 +180,29 @@ func (t *table) eject(id string) (route.Peer, bool) {
 	return t.peerLocked(e), true
 }
 
+// record returns the latest record of node id, or nil.
+func (t *table) record(id string) *meshv1.NodeRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.nodes[id]; ok {
+		return e.record
+	}
+	return nil
+}
+
+// otherAddrs returns the gossip addresses of the other members.
+func (t *table) otherAddrs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for id, e := range t.nodes {
+		if e.member && id != t.self && e.gossipAddr != "" {
+			out = append(out, e.gossipAddr)
+		}
+	}
+	return out
+}
+
 // records returns the records of current members, for push-pull.
 func (t *table) records() []*meshv1.NodeRecord {
 	t.mu.Lock()
