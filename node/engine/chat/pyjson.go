@@ -149,6 +149,7 @@ func writePyJSON(b *strings.Builder, v any, o *jsonOpts, depth int) error {
 			return writePyJSON(b, x, o, depth+1)
 		})
 	default:
+		//lint:ignore ST1005 Python's json.dumps message, matched for template parity
 		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
