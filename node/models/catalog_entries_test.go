@@ -73,3 +73,37 @@ func TestBuiltinSpeechAndVisionEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinDiffusionEntry: the SD-Turbo entry installs every component
+// node/engine/diffusion requires under the roles it looks up, pinned to one
+// commit of the export, with the one-step, guidance-free options SD-Turbo
+// needs and its non-commercial licence on the card.
+func TestBuiltinDiffusionEntry(t *testing.T) {
+	es, err := parseCatalog(builtinCatalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.Key != "onnx/sd-turbo/fp16" {
+			continue
+		}
+		if e.Install.Task != "image-generation" || e.Install.Options["steps"] != "1" || e.Install.Options["guidance_scale"] != "0" {
+			t.Errorf("task %q options %v", e.Install.Task, e.Install.Options)
+		}
+		for _, r := range []string{"text_encoder", "unet", "vae_decoder", "vae_encoder", "vocab", "merges", "scheduler"} {
+			if e.Install.Files[r] == "" {
+				t.Errorf("no %q file", r)
+			}
+		}
+		for _, f := range e.Files {
+			if !strings.Contains(f.URL, "/resolve/4ea5d203f7def52bcf83781990f97721c98a7f22/") {
+				t.Errorf("%s comes from %s, not the pinned commit", f.Name, f.URL)
+			}
+		}
+		if e.Card == nil || !strings.Contains(e.Card.License, "Non-Commercial") {
+			t.Errorf("card %+v", e.Card)
+		}
+		return
+	}
+	t.Fatal("no onnx/sd-turbo/fp16 entry")
+}
