@@ -332,15 +332,14 @@ func (c *Config) IsLoopbackListen() bool {
 // internalHost is the host the gossip and RPC listeners bind to when not
 // set: the client listener's host, except that a client listener on all
 // interfaces never silently opens the internal ports there too: they bind
-// to the advertised host when one is given, else to loopback (a single
-// node; a node that joins must then say where with --advertise or
-// --gossip-listen/--rpc-listen).
+// to the advertised host (given, or chosen by fillAddrs), else to loopback
+// (a lone node no peer can join).
 func (c *Config) internalHost() string {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		return "127.0.0.1"
 	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+	if isUnspecifiedHost(host) {
 		if c.Advertise != "" {
 			return c.Advertise
 		}
@@ -349,14 +348,57 @@ func (c *Config) internalHost() string {
 	return host
 }
 
-// fillAddrs derives unset internal addresses from the client listener.
-func (c *Config) fillAddrs() {
+// fillAddrs derives unset internal addresses from the client listener,
+// choosing the advertised address from this computer's interfaces when a
+// listener is on all interfaces and --advertise is not set (see
+// chooseAdvertise). It fails when it cannot decide.
+func (c *Config) fillAddrs() error { return c.fillAddrsFrom(systemInterfaces) }
+
+// fillAddrsFrom is fillAddrs with the interface list injected.
+func (c *Config) fillAddrsFrom(interfaces func() ([]netInterface, error)) error {
+	if err := checkAdvertise(c.Advertise); err != nil {
+		return err
+	}
+	// A listener on all interfaces that peers must dial needs one address
+	// to advertise: the client listener when it gives the internal ports
+	// their host, and internal listeners set on all interfaces. A lone
+	// node with no cluster secret can never be joined (its secret is
+	// random): its internal ports stay on loopback.
+	joinable := len(c.Join) > 0 || c.ClusterSecret != ""
+	var unspecified []string
+	if lh, _, err := net.SplitHostPort(c.Listen); err == nil && isUnspecifiedHost(lh) && joinable && (c.GossipListen == "" || c.RPCListen == "") {
+		unspecified = append(unspecified, lh)
+	}
+	for _, a := range []string{c.GossipListen, c.RPCListen} {
+		if h, _, err := net.SplitHostPort(a); a != "" && err == nil && isUnspecifiedHost(h) {
+			unspecified = append(unspecified, h)
+		}
+	}
+	if c.Advertise == "" && len(unspecified) > 0 {
+		if lh, _, _ := net.SplitHostPort(c.Listen); !isUnspecifiedHost(lh) && !isLoopbackHost(lh) {
+			c.Advertise = lh // the client listener names this node's address
+		}
+	}
+	if c.Advertise == "" && len(unspecified) > 0 {
+		ipv6 := false
+		for _, h := range unspecified {
+			ipv6 = ipv6 || h != "0.0.0.0" // "" and "::" accept IPv6 too
+		}
+		ifaces, err := interfaces()
+		if err != nil {
+			return fmt.Errorf("listening on all interfaces: cannot list this computer's addresses (%v): set --advertise (SERVICE_ADVERTISE)", err)
+		}
+		if c.Advertise, err = chooseAdvertise(ifaces, ipv6, len(c.Join) > 0); err != nil {
+			return err
+		}
+	}
 	if c.GossipListen == "" {
 		c.GossipListen = net.JoinHostPort(c.internalHost(), "7946")
 	}
 	if c.RPCListen == "" {
 		c.RPCListen = net.JoinHostPort(c.internalHost(), "7947")
 	}
+	return nil
 }
 
 // Values of Config.Engine.

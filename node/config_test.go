@@ -17,7 +17,9 @@ func TestInternalListenDefaults(t *testing.T) {
 	}
 	for _, c := range cases {
 		cfg := Config{Listen: c.listen, Advertise: c.advertise}
-		cfg.fillAddrs()
+		if err := cfg.fillAddrsFrom(loopbackOnly); err != nil {
+			t.Fatal(err)
+		}
 		if cfg.GossipListen != c.gossip || cfg.RPCListen != c.rpc {
 			t.Errorf("listen %s advertise %q: gossip %s rpc %s, want %s %s", c.listen, c.advertise, cfg.GossipListen, cfg.RPCListen, c.gossip, c.rpc)
 		}

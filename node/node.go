@@ -73,7 +73,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	cfg.fillAddrs()
+	if err := cfg.fillAddrs(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
 	n := &Node{cfg: cfg, log: nodeLogger(cfg.Logger, cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1),
 		prefixes: prefix.NewTracker(prefix.TrackerConfig{})}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -23,6 +23,15 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sub := args[0]
+	switch sub {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "create", "list", "revoke":
+	default:
+		fmt.Fprintf(stderr, "infermesh keys: unknown command %q\n\n%s", sub, usage)
+		return 2
+	}
 	f := newEnvFlags("keys " + sub)
 	f.fs.SetOutput(stderr)
 	base := nodeFlag(f)
@@ -86,13 +95,18 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 				ID, Name, App  string
 				Admin, Revoked bool
 				Allow          []string
+				ExpiresAt      *int64 `json:"expires_at"`
 			} `json:"data"`
 		}
 		if err = adminCall(*base, http.MethodGet, "/v1/server/keys", nil, &out); err == nil {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tAPP\tADMIN\tALLOW\tREVOKED")
+			fmt.Fprintln(tw, "ID\tNAME\tAPP\tADMIN\tALLOW\tEXPIRES\tREVOKED")
 			for _, k := range out.Data {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%v\n", k.ID, k.Name, k.App, k.Admin, strings.Join(k.Allow, ","), k.Revoked)
+				expires := "never"
+				if k.ExpiresAt != nil {
+					expires = time.Unix(*k.ExpiresAt, 0).UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%v\n", k.ID, k.Name, k.App, k.Admin, strings.Join(k.Allow, ","), expires, k.Revoked)
 			}
 			tw.Flush()
 		}
@@ -151,20 +165,31 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	f := newEnvFlags("policy")
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	f := newEnvFlags("policy " + args[0])
 	f.fs.SetOutput(stderr)
 	base := nodeFlag(f)
-	if err := f.fs.Parse(args[1:]); err != nil {
+	// The policy is a JSON document: text and json print it the same way.
+	format := formatFlag(f)
+	pos, err := parseInterleaved(f, args[1:])
+	if err != nil {
+		return parseExit(err)
+	}
+	if err := checkFormat(*format); err != nil {
+		fmt.Fprintf(stderr, "infermesh policy: %v\n", err)
 		return 2
 	}
 	var out any
-	var err error
 	switch {
-	case args[0] == "get":
+	case args[0] == "get" && len(pos) == 0:
 		err = adminCall(*base, http.MethodGet, "/v1/server/policy", nil, &out)
-	case args[0] == "set" && f.fs.NArg() == 1:
+	case args[0] == "set" && len(pos) == 1:
 		var doc any
-		b, rerr := os.ReadFile(f.fs.Arg(0))
+		b, rerr := os.ReadFile(pos[0])
 		if rerr == nil {
 			rerr = json.Unmarshal(b, &doc)
 		}

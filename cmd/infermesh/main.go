@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,11 +28,13 @@ const usage = `infermesh: a mesh of peer inference nodes with an OpenAI-compatib
 Usage:
   infermesh serve [flags]          run a node (see infermesh serve -h)
   infermesh models import DIR      install a model folder into a node's data dir
-  infermesh models list            list the models installed in a data dir
+  infermesh models list [--data-dir DIR] [--format json]
+                                   list the models installed in a data dir
   infermesh models rm ID           remove an installed model (through the node running on this
                                    computer, else directly from --data-dir)
   infermesh pull [--node URL] [--to NODE_ID] KEY
-                                   pull a model from the catalogue or a peer, with a progress bar
+                                   pull a model from the catalogue or a peer, with a progress bar;
+                                   Ctrl-C stops following (exit 130), the node keeps downloading
   infermesh members [--node URL] [--format json]
                                    list the mesh's nodes, their state, load and warm models
   infermesh usage [--by app|model|key|worker] [--since DAY] [--until DAY] [--format json]
@@ -39,15 +43,21 @@ Usage:
                                    the mesh's signed audit records as JSON Lines (admin key)
   infermesh audit verify FILE [--keys FILE]
                                    check signatures and chains; exits 1 naming the first bad line
-  infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N] [--monthly-budget X]
-  infermesh keys list | revoke ID  manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
-  infermesh policy get | set FILE  read or replace the replicated pool policy (same admin key)
-  infermesh raft peers | remove-peer ID
+  infermesh keys create --name N [--app A] [--admin] [--allow chat,vision] [--rpm N] [--daily-quota N]
+                       [--monthly-budget X] [--expires DURATION|RFC3339] [--format json]
+  infermesh keys list [--format json] | revoke ID
+                                   manage API keys through any node (admin key from SERVICE_ADMIN_KEY)
+  infermesh policy get [--format json] | set FILE
+                                   read or replace the replicated pool policy (same admin key)
+  infermesh raft peers [--format json] | remove-peer ID
                                    show the raft configuration, or remove a dead server (same admin key)
   infermesh raft recover --data-dir DIR [--node-id ID] --yes
                                    on a STOPPED node whose cluster lost its majority for good:
                                    make it the single raft voter (see infermesh raft -h)
   infermesh version                print the version
+
+Every command takes -h. Exit status: 0 success, 1 the operation failed or the
+node could not be reached, 2 bad usage (unknown command, bad flag or value).
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -160,6 +170,9 @@ func serve(args []string, stderr io.Writer) int {
 	f.String(&logFormat, "log-format", "SERVICE_LOG_FORMAT", logFormat, "log line format: text or json")
 	f.fs.SetOutput(stderr)
 	if err := f.Parse(joinLegacyListen(args)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
 		return 2
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,8 +22,17 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "import", "list", "rm":
+	default:
+		fmt.Fprintf(stderr, "infermesh models: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
 	cfg := node.Defaults()
-	f := newEnvFlags("models")
+	f := newEnvFlags("models " + args[0])
 	f.String(&cfg.DataDir, "data-dir", "SERVICE_DATA_DIR", cfg.DataDir, "data directory (models, state)")
 	base := nodeFlag(f)
 	format := formatFlag(f)
@@ -39,6 +49,14 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 			pos = append(pos, rest[0])
 			rest = rest[1:]
 		}
+	}
+	if err := checkFormat(*format); err != nil {
+		fmt.Fprintf(stderr, "infermesh models %s: %v\n", sub, err)
+		return 2
+	}
+	if len(f.errs) > 0 {
+		fmt.Fprintf(stderr, "infermesh models %s: bad environment:\n  %s\n", sub, strings.Join(f.errs, "\n  "))
+		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	store, err := models.Open(filepath.Join(cfg.DataDir, "models"), log, time.Now)

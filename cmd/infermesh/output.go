@@ -38,3 +38,19 @@ func parseExit(err error) int {
 	}
 	return 2
 }
+
+// parseInterleaved parses flags that may come before, between or after
+// the positional arguments, and returns the positional ones.
+func parseInterleaved(f *envFlags, args []string) ([]string, error) {
+	var pos []string
+	for rest := args; len(rest) > 0; {
+		if err := f.fs.Parse(rest); err != nil {
+			return nil, err
+		}
+		rest = f.fs.Args()
+		if len(rest) > 0 {
+			pos, rest = append(pos, rest[0]), rest[1:]
+		}
+	}
+	return pos, nil
+}

@@ -44,14 +44,15 @@ func raftCmd(args []string, stdout, stderr io.Writer) int {
 	case "peers", "remove-peer":
 		base := nodeFlag(f)
 		format := formatFlag(f)
-		if err := f.fs.Parse(args[1:]); err != nil {
+		pos, err := parseInterleaved(f, args[1:])
+		if err != nil {
 			return parseExit(err)
 		}
 		if err := checkFormat(*format); err != nil {
 			fmt.Fprintf(stderr, "infermesh raft %s: %v\n", sub, err)
 			return 2
 		}
-		if sub == "peers" && f.fs.NArg() == 0 {
+		if sub == "peers" && len(pos) == 0 {
 			if *format == "json" {
 				var raw any
 				if err := adminCall(*base, http.MethodGet, "/v1/server/raft/peers", nil, &raw); err != nil {
@@ -63,8 +64,8 @@ func raftCmd(args []string, stdout, stderr io.Writer) int {
 			}
 			return raftPeers(*base, stdout, stderr)
 		}
-		if sub == "remove-peer" && f.fs.NArg() == 1 {
-			id := f.fs.Arg(0)
+		if sub == "remove-peer" && len(pos) == 1 {
+			id := pos[0]
 			if err := adminCall(*base, http.MethodDelete, "/v1/server/raft/peers/"+url.PathEscape(id), nil, nil); err != nil {
 				fmt.Fprintf(stderr, "infermesh raft remove-peer: %v\n", err)
 				return 1
