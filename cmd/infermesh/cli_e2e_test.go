@@ -53,7 +53,7 @@ var cliCommands = [][]string{
 // -h exits 0 for every command and command group; an unknown flag or
 // command exits 2.
 func TestCLIHelpAndUsageErrors(t *testing.T) {
-	if _, errOut, code := cliRun(t, nil, "serve", "-h"); code != 0 || !strings.Contains(errOut, "--listen") {
+	if _, errOut, code := cliRun(t, nil, "serve", "-h"); code != 0 || !strings.Contains(errOut, "-listen") {
 		t.Errorf("serve -h: exit %d, want 0 and the flags\n%s", code, errOut)
 	}
 	if _, errOut, code := cliRun(t, nil, "serve", "--no-such-flag"); code != 2 {
