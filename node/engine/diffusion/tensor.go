@@ -63,14 +63,6 @@ func (t *ftensor) value() ort.Value {
 	return t.f16
 }
 
-// data returns the float32 backing slice, or nil for a float16 tensor.
-func (t *ftensor) data() []float32 {
-	if t.f32 != nil {
-		return t.f32.GetData()
-	}
-	return nil
-}
-
 // set copies src (len n) into the tensor.
 func (t *ftensor) set(src []float32) {
 	if t.sc != nil {
