@@ -77,7 +77,9 @@ func TestBuiltinSpeechAndVisionEntries(t *testing.T) {
 // TestBuiltinDiffusionEntry: the SD-Turbo entry installs every component
 // node/engine/diffusion requires under the roles it looks up, pinned to one
 // commit of the export, with the one-step, guidance-free options SD-Turbo
-// needs and its non-commercial licence on the card.
+// needs and its non-commercial licence on the card; the SD 1.5 entry
+// installs the same roles plus the UNet's external weights under the name
+// the graph refers to (weights.pb) and the safety checker.
 func TestBuiltinDiffusionEntry(t *testing.T) {
 	es, err := parseCatalog(builtinCatalog)
 	if err != nil {
@@ -102,6 +104,24 @@ func TestBuiltinDiffusionEntry(t *testing.T) {
 		}
 		if e.Card == nil || !strings.Contains(e.Card.License, "Non-Commercial") {
 			t.Errorf("card %+v", e.Card)
+		}
+		sd15 := false
+		for _, e := range es {
+			if e.Key != "onnx/stable-diffusion-v1-5/fp32" {
+				continue
+			}
+			sd15 = true
+			for _, r := range []string{"text_encoder", "unet", "vae_decoder", "vae_encoder", "vocab", "merges", "scheduler", "safety_checker"} {
+				if e.Install.Files[r] == "" {
+					t.Errorf("sd 1.5: no %q file", r)
+				}
+			}
+			if e.Install.Files["unet_weights"] != "weights.pb" || e.License != "creativeml-openrail-m" || e.Card == nil {
+				t.Errorf("sd 1.5: weights %q licence %q card %v", e.Install.Files["unet_weights"], e.License, e.Card)
+			}
+		}
+		if !sd15 {
+			t.Error("no onnx/stable-diffusion-v1-5/fp32 entry")
 		}
 		return
 	}
