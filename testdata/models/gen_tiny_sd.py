@@ -2,6 +2,7 @@
 """Generate tiny Stable Diffusion pipelines (random weights) for tests.
 
 Usage: /usr/bin/python3 testdata/models/gen_tiny_sd.py MODELS_DIR
+       /usr/bin/python3 testdata/models/gen_tiny_sd.py --bench MODELS_DIR
 
 Writes four model folders under MODELS_DIR, each with the component graphs
 of the diffusers/Optimum ONNX export of an SD 1.5 / SD-Turbo class pipeline,
@@ -25,6 +26,13 @@ channel counts (so one denoising step takes milliseconds):
                    residuals, with controlnet/canny and controlnet/depth
                    ControlNets and a depth estimator (pixel_values ->
                    predicted_depth).
+
+With --bench it writes only MODELS_DIR/bench-sd, for the denoising-step
+benchmark (not for tests): the same flat fp32 layout as tiny-sd (Euler
+ancestral, guidance 7.5) with a 768-wide text encoder and a UNet of SD 1.5's
+channel widths (320/640/1280, GroupNorm, a cross-attention block over the
+text, 8 heads) but one block per level, so a step costs a realistic share of
+a real SD UNet's (about 15 GFLOP per image at 64x64 latents; 100 MB).
 
 The tokenizer is CLIP's layout (vocab.json + merges.txt: 256 byte symbols,
 the same with "</w>", merges of the words below, then <|startoftext|> and
@@ -54,6 +62,7 @@ SEQ = 77
 LATENT = 4
 FEAT = 8
 VERSION = "3"
+BENCH_VERSION = "1"
 
 WORDS = """
 a an the of and in on with at by to from photo picture painting drawing
@@ -190,20 +199,20 @@ def ft(dtype):
     return TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
 
 
-def text_encoder(path, rng, dtype, vocab_size):
+def text_encoder(path, rng, dtype, vocab_size, hidden=HIDDEN):
     g = G(rng, dtype)
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT32, ["batch", "sequence"])
-    emb = g.op("Gather", [g.w([vocab_size, HIDDEN], 1.0), g.op("Cast", ["input_ids"], to=TensorProto.INT64)])
-    x = g.op("Add", [emb, g.w([SEQ, HIDDEN], 0.5)])
+    emb = g.op("Gather", [g.w([vocab_size, hidden], 1.0), g.op("Cast", ["input_ids"], to=TensorProto.INT64)])
+    x = g.op("Add", [emb, g.w([SEQ, hidden], 0.5)])
     # Causal-ish mixing: each position also sees the running mean.
     x = g.op("Add", [x, g.op("Div", [g.op("CumSum", [x, g.c(np.array(1, np.int64), np.int64)]),
                                      g.c(np.arange(1, SEQ + 1).reshape(SEQ, 1))])])
-    x = g.op("LayerNormalization", [x, g.w([HIDDEN], value=np.ones(HIDDEN)), g.w([HIDDEN], value=np.zeros(HIDDEN))], axis=-1)
-    h = g.op("Tanh", [g.op("MatMul", [x, g.w([HIDDEN, HIDDEN])])])
+    x = g.op("LayerNormalization", [x, g.w([hidden], value=np.ones(hidden)), g.w([hidden], value=np.zeros(hidden))], axis=-1)
+    h = g.op("Tanh", [g.op("MatMul", [x, g.w([hidden, hidden])])])
     pooled = g.op("ReduceMean", [h], axes=[1], keepdims=0)
     t = ft(dtype)
-    g.save(path, [ids], [helper.make_tensor_value_info("last_hidden_state", t, ["batch", "sequence", HIDDEN]),
-                         helper.make_tensor_value_info("pooler_output", t, ["batch", HIDDEN])], [h, pooled])
+    g.save(path, [ids], [helper.make_tensor_value_info("last_hidden_state", t, ["batch", "sequence", hidden]),
+                         helper.make_tensor_value_info("pooler_output", t, ["batch", hidden])], [h, pooled])
 
 
 def timestep_embed(g, ts_type):
@@ -372,9 +381,111 @@ def pipeline(root, name, cin, dtype, ts_type, sched, options, flat, control=Fals
         f.write(VERSION + "\n")
 
 
+BENCH_CH = (320, 640, 1280)
+BENCH_HIDDEN = 768
+BENCH_HEADS = 8
+
+
+def bench_unet(path, rng, dtype):
+    """A UNet with SD 1.5's widths and layer kinds, one block per level:
+    conv_in, two stride-2 down convs, a cross-attention block at the
+    lowest level, 1x1 convs with DepthToSpace up, skips, conv_out."""
+    g = G(rng, dtype)
+    t = ft(dtype)
+    c1, c2, c3 = BENCH_CH
+    ins = [helper.make_tensor_value_info("sample", t, ["batch", LATENT, "height", "width"]),
+           helper.make_tensor_value_info("timestep", TensorProto.INT64, ["batch"]),
+           helper.make_tensor_value_info("encoder_hidden_states", t, ["batch", "sequence", BENCH_HIDDEN])]
+    i64 = lambda *v: g.c(np.array(v, np.int64), np.int64)  # noqa: E731
+
+    def gnorm(x, c):
+        # GroupNorm(32) as SD's ONNX exports write it at opset 17.
+        y = g.op("Reshape", [x, i64(0, 32, -1)])
+        y = g.op("InstanceNormalization", [y, g.w([32], value=np.ones(32)), g.w([32], value=np.zeros(32))])
+        y = g.op("Reshape", [y, g.op("Shape", [x])])
+        return g.op("Add", [g.op("Mul", [y, g.w([c, 1, 1], value=np.ones((c, 1, 1)))]), g.w([c, 1, 1], 0.02)])
+
+    def down(x, cin, cout):
+        return g.op("Conv", [g.silu(gnorm(x, cin)), g.w([cout, cin, 3, 3]), g.w([cout], 0.1)], pads=[1] * 4,
+                    strides=[2, 2])
+
+    def up(x, cin, cout):
+        y = g.op("Conv", [g.silu(gnorm(x, cin)), g.w([4 * cout, cin, 1, 1]), g.w([4 * cout], 0.1)])
+        return g.op("DepthToSpace", [y], blocksize=2, mode="DCR")
+
+    tt = g.op("Unsqueeze", [g.op("Mul", [g.cast("timestep", t), g.c(1.0 / 1000)]), i64(1)])
+    temb = g.silu(g.op("MatMul", [g.op("Sin", [g.op("MatMul", [tt, g.w([1, c1], 3.0)])]), g.w([c1, c3])]))
+
+    def add_temb(x, c):
+        e = g.op("Unsqueeze", [g.op("MatMul", [temb, g.w([c3, c])]), i64(2, 3)])
+        return g.op("Add", [x, e])
+
+    h1 = add_temb(g.conv("sample", LATENT, c1, 3), c1)  # [b,320,H,W]
+    h2 = add_temb(down(h1, c1, c2), c2)  # [b,640,H/2,W/2]
+    h3 = add_temb(down(h2, c2, c3), c3)  # [b,1280,H/4,W/4]
+    # Cross-attention over the text, SD's layout (proj_in, q from the
+    # picture, k and v from the text, 8 heads, out, proj_out).
+    d = c3 // BENCH_HEADS
+    x = g.op("Transpose", [g.op("Reshape", [gnorm(h3, c3), i64(0, c3, -1)])], perm=[0, 2, 1])  # [b,hw,C]
+    x = g.op("MatMul", [x, g.w([c3, c3])])
+    q = g.op("Transpose", [g.op("Reshape", [g.op("MatMul", [x, g.w([c3, c3])]), i64(0, -1, BENCH_HEADS, d)])],
+             perm=[0, 2, 1, 3])
+    k = g.op("Transpose", [g.op("Reshape", [g.op("MatMul", ["encoder_hidden_states", g.w([BENCH_HIDDEN, c3])]),
+                                            i64(0, -1, BENCH_HEADS, d)])], perm=[0, 2, 3, 1])
+    v = g.op("Transpose", [g.op("Reshape", [g.op("MatMul", ["encoder_hidden_states", g.w([BENCH_HIDDEN, c3])]),
+                                            i64(0, -1, BENCH_HEADS, d)])], perm=[0, 2, 1, 3])
+    a = g.op("Softmax", [g.op("Mul", [g.op("MatMul", [q, k]), g.c(1.0 / np.sqrt(d))])], axis=-1)
+    o = g.op("Reshape", [g.op("Transpose", [g.op("MatMul", [a, v])], perm=[0, 2, 1, 3]), i64(0, -1, c3)])
+    o = g.op("Add", [g.op("MatMul", [o, g.w([c3, c3])]), x])
+    o = g.op("MatMul", [o, g.w([c3, c3])])
+    o = g.op("Reshape", [g.op("Transpose", [o], perm=[0, 2, 1]), g.op("Shape", [h3])])
+    h3 = g.op("Add", [h3, o])
+    u2 = g.op("Add", [up(h3, c3, c2), h2])
+    u1 = g.op("Add", [up(u2, c2, c1), h1])
+    out = g.op("Conv", [g.silu(gnorm(u1, c1)), g.w([LATENT, c1, 3, 3], 0.01), g.w([LATENT], 0.01)], pads=[1] * 4)
+    out = g.op("Add", [g.op("Mul", ["sample", g.c(0.5)]), out])
+    g.save(path, ins, [helper.make_tensor_value_info("out_sample", t, ["batch", LATENT, "height", "width"])], [out])
+
+
+def bench_pipeline(root):
+    """bench-sd: tiny-sd's layout and scheduler with an SD-sized UNet."""
+    name = "bench-sd"
+    rng = np.random.default_rng(SEED + 1000)
+    d = os.path.join(root, name)
+    vocab, merges = build_vocab()
+    write_json(os.path.join(d, "vocab.json"), vocab)
+    with open(os.path.join(d, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n" + "".join("%s %s\n" % m for m in merges))
+    write_json(os.path.join(d, "tokenizer_config.json"), {"model_max_length": SEQ, "pad_token": "<|endoftext|>",
+                                                           "bos_token": "<|startoftext|>",
+                                                           "eos_token": "<|endoftext|>", "do_lower_case": True})
+    write_json(os.path.join(d, "scheduler_config.json"), scheduler_config("euler_a"))
+    write_json(os.path.join(d, "vae_config.json"), {"scaling_factor": 0.18215, "latent_channels": LATENT})
+    text_encoder(os.path.join(d, "text_encoder.onnx"), rng, np.float32, len(vocab), BENCH_HIDDEN)
+    bench_unet(os.path.join(d, "unet.onnx"), rng, np.float32)
+    vae_decoder(os.path.join(d, "vae_decoder.onnx"), rng, np.float32)
+    files = {"vocab": "vocab.json", "merges": "merges.txt", "tokenizer_config": "tokenizer_config.json",
+             "scheduler": "scheduler_config.json", "vae_config": "vae_config.json",
+             "text_encoder": "text_encoder.onnx", "unet": "unet.onnx", "vae_decoder": "vae_decoder.onnx"}
+    write_json(os.path.join(d, "model_index.json"), {"_class_name": "OnnxStableDiffusionPipeline"})
+    write_json(os.path.join(d, "manifest.json"), {
+        "id": "onnx/%s/test" % name, "name": name, "tag": "test", "task": "image-generation",
+        "modalities": ["image-generation"],
+        "description": "Random-weight benchmark pipeline with an SD-width UNet (gen_tiny_sd.py --bench)",
+        "license": "MIT", "source": "testdata/models/gen_tiny_sd.py", "files": files,
+        "options": {"steps": "25", "guidance_scale": "7.5"}})
+    with open(os.path.join(d, "VERSION"), "w") as f:
+        f.write(BENCH_VERSION + "\n")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--bench":
+        v = os.path.join(sys.argv[2], "bench-sd", "VERSION")
+        if not os.path.exists(v) or open(v).read().strip() != BENCH_VERSION:
+            bench_pipeline(sys.argv[2])
+        return
     if len(sys.argv) != 2:
-        sys.exit("usage: gen_tiny_sd.py MODELS_DIR")
+        sys.exit("usage: gen_tiny_sd.py [--bench] MODELS_DIR")
     root = sys.argv[1]
     names = ["tiny-sd", "tiny-sd-inpaint", "tiny-sd-pix2pix", "tiny-sd-turbo"]
     if all(open(os.path.join(root, n, "VERSION")).read().strip() == VERSION

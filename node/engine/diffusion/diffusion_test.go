@@ -352,7 +352,7 @@ func TestSchedulers(t *testing.T) {
 	x0, eps := []float32{0.5, -0.25}, []float32{1, -2}
 	x := make([]float32, 2)
 	s.addNoise(x, x0, eps, 1)
-	s.step(1, x, eps)
+	s.step(1, x, eps, nil)
 	a := ddim.trainAlphasCumul[0]
 	for i := range x {
 		want := float32(math.Sqrt(a))*x0[i] + float32(math.Sqrt(1-a))*eps[i]

@@ -118,7 +118,9 @@ type branch struct {
 }
 
 // denoiser runs the denoising loop of one image: the UNet (and ControlNet)
-// tensors are made once and reused by every step.
+// tensors are made once and reused by every step. A step writes the scaled
+// latents straight into the UNet's input tensor and reads float32
+// predictions where the UNet wrote them; it allocates nothing.
 type denoiser struct {
 	e        *Engine
 	ro       *ort.RunOptions
@@ -128,8 +130,12 @@ type denoiser struct {
 	// branch's).
 	combine func(preds [][]float32, dst []float32)
 	groups  []*unetGroup
-	preds   [][]float32
-	pred    []float32
+	// preds are the branches' predictions: views of a float32 UNet
+	// output, else buffers the float16 output is widened into.
+	preds [][]float32
+	pred  []float32
+	// noise holds a step's fresh noise (ancestral and LCM samplers).
+	noise []float32
 	// control, when set, runs before the UNet at every step.
 	control *controlNet
 	cond    []float32 // control image [3,H,W] in 0..1
@@ -157,6 +163,7 @@ type unetGroup struct {
 	ins     []ort.Value
 	outs    []ort.Value
 	cIns    []ort.Value
+	cOuts   []ort.Value
 }
 
 func (g *unetGroup) destroy() {
@@ -172,14 +179,15 @@ func (g *unetGroup) destroy() {
 
 // newDenoiser allocates the per-step tensors for branches at latent size
 // lw x lh, with ControlNet cn (nil: none; zero residuals are fed when the
-// UNet takes them).
+// UNet takes them), and writes what stays the same at every step: the
+// text embeddings, the branches' extra channels, the control image.
 func (e *Engine) newDenoiser(ro *ort.RunOptions, lw, lh int, branches []branch, cn *controlNet, cond []float32, cscale float32) (*denoiser, error) {
 	d := &denoiser{e: e, ro: ro, lw: lw, lh: lh, branches: branches, control: cn, cond: cond, cscale: cscale}
 	n := e.latentCh * lw * lh
+	plane := e.inChannels * lw * lh
 	d.pred = make([]float32, n)
-	for range branches {
-		d.preds = append(d.preds, make([]float32, n))
-	}
+	d.noise = make([]float32, n)
+	d.preds = make([][]float32, len(branches))
 	per := len(branches)
 	if e.unetBatch1 {
 		per = 1
@@ -192,9 +200,18 @@ func (e *Engine) newDenoiser(ro *ort.RunOptions, lw, lh int, branches []branch, 
 		}
 		d.groups = append(d.groups, g)
 		for k := range per {
-			g.ehs.setAt(k, branches[first+k].emb)
+			br := branches[first+k]
+			g.ehs.setAt(k, br.emb)
 			if g.cEHS != nil {
-				g.cEHS.setAt(k, branches[first+k].emb)
+				g.cEHS.setAt(k, br.emb)
+			}
+			if len(br.extra) > 0 {
+				g.sample.put(k*plane+n, br.extra)
+			}
+			if out := g.out.data(); out != nil {
+				d.preds[first+k] = out[k*n : (k+1)*n]
+			} else {
+				d.preds[first+k] = make([]float32, n)
 			}
 		}
 		if cn != nil {
@@ -207,31 +224,6 @@ func (e *Engine) newDenoiser(ro *ort.RunOptions, lw, lh int, branches []branch, 
 		}
 	}
 	return d, nil
-}
-
-// setAt copies src into the k-th batch entry (len(src) elements each).
-func (t *ftensor) setAt(k int, src []float32) {
-	if t.f32 != nil {
-		copy(t.f32.GetData()[k*len(src):], src)
-		return
-	}
-	b := t.f16.GetData()[2*k*len(src):]
-	for i, v := range src {
-		h := f32ToF16(v)
-		b[2*i], b[2*i+1] = byte(h), byte(h>>8)
-	}
-}
-
-// getAt copies the k-th batch entry (len(dst) elements) into dst.
-func (t *ftensor) getAt(k int, dst []float32) {
-	if t.f32 != nil {
-		copy(dst, t.f32.GetData()[k*len(dst):])
-		return
-	}
-	b := t.f16.GetData()[2*k*len(dst):]
-	for i := range dst {
-		dst[i] = f16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
-	}
 }
 
 func (e *Engine) newGroup(first, b, lw, lh int, cn *controlNet) (*unetGroup, error) {
@@ -293,6 +285,7 @@ func (e *Engine) newGroup(first, b, lw, lh int, cn *controlNet) (*unetGroup, err
 			}
 			g.residuals = append(g.residuals, t)
 			g.ins[resIdx[i]] = t.value()
+			g.cOuts = append(g.cOuts, t.value())
 		}
 	}
 	if cn != nil {
@@ -357,55 +350,25 @@ func (d *denoiser) destroy() {
 
 // run denoises x in place along the sampler's timesteps.
 func (d *denoiser) run(ctx context.Context, s *sampler, x []float32) error {
-	e := d.e
-	n := len(x)
-	scaled := make([]float32, n)
 	for i, t := range s.ts {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := s.inputScale(i)
-		for j, v := range x {
-			scaled[j] = v * k
+		// The step's fresh noise, drawn before the UNet runs. (Drawing it
+		// on another goroutine during the run measured slower on a loaded
+		// 2-core machine: ONNX Runtime's threads already fill the cores.)
+		if s.freshNoise(i) {
+			s.drawNoise(d.noise)
 		}
-		for _, g := range d.groups {
-			plane := e.inChannels * d.lw * d.lh
-			for b := range g.count {
-				br := d.branches[g.first+b]
-				fillSample(g.sample, b, plane, scaled, br.extra)
-			}
-			g.ts.set(t)
-			if d.control != nil {
-				for b := range g.count {
-					g.cSample.setAt(b, scaled)
-				}
-				g.cTS.set(t)
-				outs := make([]ort.Value, len(g.residuals))
-				for r, rt := range g.residuals {
-					outs[r] = rt.value()
-				}
-				if err := d.control.c.run(ctx, d.ro, g.cIns, outs); err != nil {
-					return err
-				}
-				if g.cScale == nil && d.cscale != 1 {
-					for _, rt := range g.residuals {
-						scaleTensor(rt, d.cscale)
-					}
-				}
-			}
-			if err := e.unet.run(ctx, d.ro, g.ins, g.outs); err != nil {
-				return err
-			}
-			for b := range g.count {
-				g.out.getAt(b, d.preds[g.first+b])
-			}
+		if err := d.predict(ctx, s.inputScale(i), t, x); err != nil {
+			return err
 		}
 		pred := d.preds[0]
 		if d.combine != nil {
 			d.combine(d.preds, d.pred)
 			pred = d.pred
 		}
-		s.step(i, x, pred)
+		s.step(i, x, pred, d.noise)
 		if d.blend != nil {
 			d.blend(x, i+1)
 		}
@@ -413,28 +376,62 @@ func (d *denoiser) run(ctx context.Context, s *sampler, x []float32) error {
 	return nil
 }
 
-// fillSample writes branch b's UNet input: the scaled latents, then the
-// branch's extra channels.
-func fillSample(t *ftensor, b, plane int, scaled, extra []float32) {
-	if t.f32 != nil {
-		dst := t.f32.GetData()[b*plane:]
-		copy(dst, scaled)
-		copy(dst[len(scaled):], extra)
-		return
+// predict runs the UNet (after the ControlNet, when set) of every group on
+// the latents x scaled by k at timestep t, leaving the predictions in
+// d.preds.
+func (d *denoiser) predict(ctx context.Context, k float32, t float64, x []float32) error {
+	for _, g := range d.groups {
+		d.fill(g, k, t, x)
+		if d.control != nil {
+			if err := d.control.c.run(ctx, d.ro, g.cIns, g.cOuts); err != nil {
+				return err
+			}
+			if g.cScale == nil && d.cscale != 1 {
+				for _, rt := range g.residuals {
+					rt.scale(d.cscale)
+				}
+			}
+		}
+		if err := d.e.unet.run(ctx, d.ro, g.ins, g.outs); err != nil {
+			return err
+		}
+		d.read(g)
 	}
-	buf := make([]float32, 0, plane)
-	buf = append(append(buf, scaled...), extra...)
-	t.setAt(b, buf)
+	return nil
 }
 
-// scaleTensor multiplies a tensor by k.
-func scaleTensor(t *ftensor, k float32) {
-	v := make([]float32, t.n)
-	t.get(v)
-	for i := range v {
-		v[i] *= k
+// fill writes a group's inputs of one step: the latents x scaled by k into
+// every branch's sample (and the ControlNet's) and timestep t.
+func (d *denoiser) fill(g *unetGroup, k float32, t float64, x []float32) {
+	n := len(x)
+	plane := d.e.inChannels * d.lw * d.lh
+	g.sample.setScaled(0, x, k)
+	for b := 1; b < g.count; b++ {
+		g.sample.copyFrom(b*plane, g.sample, 0, n)
 	}
-	t.set(v)
+	g.ts.set(t)
+	if d.control == nil {
+		return
+	}
+	for b := range g.count {
+		if g.cSample.sameType(g.sample) {
+			g.cSample.copyFrom(b*n, g.sample, 0, n)
+		} else {
+			g.cSample.setScaled(b*n, x, k)
+		}
+	}
+	g.cTS.set(t)
+}
+
+// read makes a group's predictions available in d.preds: float32 ones are
+// there already, float16 ones are widened.
+func (d *denoiser) read(g *unetGroup) {
+	if g.out.f16 == nil {
+		return
+	}
+	for b := range g.count {
+		g.out.getAt(b, d.preds[g.first+b])
+	}
 }
 
 // cfg2 is classifier-free guidance over [uncond, cond].

@@ -240,10 +240,30 @@ func (s *sampler) addNoise(dst, x0, noise []float32, i int) {
 	}
 }
 
+// freshNoise reports whether step i adds fresh noise (ancestral steps, LCM
+// steps before the last), which step takes from drawNoise.
+func (s *sampler) freshNoise(i int) bool {
+	switch s.cfg.Class {
+	case schedEulerA:
+		return true
+	case schedLCM:
+		return i+1 < len(s.ts)
+	}
+	return false
+}
+
+// drawNoise fills dst with standard normal draws from the sampler's
+// generator, in order.
+func (s *sampler) drawNoise(dst []float32) {
+	for k := range dst {
+		dst[k] = float32(s.rng.NormFloat64())
+	}
+}
+
 // step moves x from step i to step i+1 given the model output out (noise,
-// velocity or sample, by prediction_type). Ancestral and LCM steps draw
-// fresh noise from the sampler's generator.
-func (s *sampler) step(i int, x, out []float32) {
+// velocity or sample, by prediction_type). When freshNoise(i), noise holds
+// the step's draws from drawNoise (else it is not read).
+func (s *sampler) step(i int, x, out, noise []float32) {
 	c := s.cfg
 	if s.euler() {
 		sg, next := s.sigmas[i], s.sigmas[i+1]
@@ -264,14 +284,16 @@ func (s *sampler) step(i int, x, out []float32) {
 			a := float32(1 + (1-kx)*dt/sg)
 			b := float32(-ko * dt / sg)
 			u := float32(up)
+			out, noise := out[:len(x)], noise[:len(x)]
 			for k := range x {
-				x[k] = a*x[k] + b*out[k] + u*float32(s.rng.NormFloat64())
+				x[k] = a*x[k] + b*out[k] + u*noise[k]
 			}
 			return
 		}
 		dt := next - sg
 		a := float32(1 + (1-kx)*dt/sg)
 		b := float32(-ko * dt / sg)
+		out := out[:len(x)]
 		for k := range x {
 			x[k] = a*x[k] + b*out[k]
 		}
@@ -308,24 +330,31 @@ func (s *sampler) step(i int, x, out []float32) {
 		const sd = 0.5
 		cskip := sd * sd / (st*st + sd*sd)
 		cout := st / math.Sqrt(st*st+sd*sd)
-		last := i+1 >= len(s.ts)
 		ca, cn := float32(math.Sqrt(aprev)), float32(math.Sqrt(1-aprev))
-		for k := range x {
-			x0 := float32(px)*x[k] + float32(po)*out[k]
-			d := float32(cout)*x0 + float32(cskip)*x[k]
-			if last {
-				x[k] = d
-			} else {
-				x[k] = ca*d + cn*float32(s.rng.NormFloat64())
+		fpx, fpo, fco, fcs := float32(px), float32(po), float32(cout), float32(cskip)
+		out := out[:len(x)]
+		if i+1 >= len(s.ts) { // the last step adds no noise
+			for k := range x {
+				x0 := fpx*x[k] + fpo*out[k]
+				x[k] = fco*x0 + fcs*x[k]
 			}
+			return
+		}
+		noise = noise[:len(x)]
+		for k := range x {
+			x0 := fpx*x[k] + fpo*out[k]
+			d := fco*x0 + fcs*x[k]
+			x[k] = ca*d + cn*noise[k]
 		}
 		return
 	}
 	ca, cn := float32(math.Sqrt(aprev)), float32(math.Sqrt(1-aprev))
 	lim := float32(c.ClipSampleRange)
+	fpx, fpo, fex, feo := float32(px), float32(po), float32(ex), float32(eo)
+	out = out[:len(x)]
 	for k := range x {
-		x0 := float32(px)*x[k] + float32(po)*out[k]
-		eps := float32(ex)*x[k] + float32(eo)*out[k]
+		x0 := fpx*x[k] + fpo*out[k]
+		eps := fex*x[k] + feo*out[k]
 		if c.ClipSample {
 			x0 = min(max(x0, -lim), lim)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"unsafe"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -63,21 +64,28 @@ func (t *ftensor) value() ort.Value {
 	return t.f16
 }
 
+// data returns the float32 backing slice, or nil for a float16 tensor.
+func (t *ftensor) data() []float32 {
+	if t.f32 != nil {
+		return t.f32.GetData()
+	}
+	return nil
+}
+
+// halves is a float16 tensor's elements as native-order uint16s (ORT
+// reads them in the host's byte order).
+func (t *ftensor) halves() []uint16 {
+	b := t.f16.GetData()
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
+}
+
 // set copies src (len n) into the tensor.
 func (t *ftensor) set(src []float32) {
 	if t.sc != nil {
 		t.sc.Set(src[0])
 		return
 	}
-	if t.f32 != nil {
-		copy(t.f32.GetData(), src)
-		return
-	}
-	b := t.f16.GetData()
-	for i, v := range src[:t.n] {
-		h := f32ToF16(v)
-		b[2*i], b[2*i+1] = byte(h), byte(h>>8)
-	}
+	t.setAt(0, src[:t.n])
 }
 
 // get copies the tensor into dst (len n).
@@ -86,13 +94,120 @@ func (t *ftensor) get(dst []float32) {
 		dst[0] = t.sc.GetData()
 		return
 	}
+	t.getAt(0, dst[:t.n])
+}
+
+// setAt copies src into the k-th batch entry (len(src) elements each).
+func (t *ftensor) setAt(k int, src []float32) {
+	t.put(k*len(src), src)
+}
+
+// put copies src into the elements from off on.
+func (t *ftensor) put(off int, src []float32) {
 	if t.f32 != nil {
-		copy(dst, t.f32.GetData())
+		copy(t.f32.GetData()[off:], src)
 		return
 	}
-	b := t.f16.GetData()
-	for i := range dst[:t.n] {
-		dst[i] = f16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+	toF16(t.halves()[off:], src)
+}
+
+// sameType reports whether t and u hold the same dtype.
+func (t *ftensor) sameType(u *ftensor) bool {
+	return (t.f32 != nil) == (u.f32 != nil) && (t.f16 != nil) == (u.f16 != nil)
+}
+
+// getAt copies the k-th batch entry (len(dst) elements) into dst.
+func (t *ftensor) getAt(k int, dst []float32) {
+	if t.f32 != nil {
+		copy(dst, t.f32.GetData()[k*len(dst):])
+		return
+	}
+	fromF16(dst, t.halves()[k*len(dst):])
+}
+
+// setScaled writes src[i]*k into the elements from off on: the same values,
+// bit for bit, as scaling into a buffer and copying it in.
+func (t *ftensor) setScaled(off int, src []float32, k float32) {
+	if t.f32 != nil {
+		dst := t.f32.GetData()[off:]
+		dst = dst[:len(src)]
+		for i, v := range src {
+			dst[i] = v * k
+		}
+		return
+	}
+	dst := t.halves()[off:]
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = f32ToF16(v * k)
+	}
+}
+
+// copyFrom copies n elements of src from sOff into t at off, converting
+// only when the two dtypes differ.
+func (t *ftensor) copyFrom(off int, src *ftensor, sOff, n int) {
+	switch {
+	case t.f32 != nil && src.f32 != nil:
+		copy(t.f32.GetData()[off:off+n], src.f32.GetData()[sOff:])
+	case t.f16 != nil && src.f16 != nil:
+		copy(t.halves()[off:off+n], src.halves()[sOff:])
+	case t.f32 != nil:
+		fromF16(t.f32.GetData()[off:off+n], src.halves()[sOff:])
+	default:
+		toF16(t.halves()[off:off+n], src.f32.GetData()[sOff:])
+	}
+}
+
+// fill sets every element to v.
+func (t *ftensor) fill(v float32) {
+	switch {
+	case t.sc != nil:
+		t.sc.Set(v)
+	case t.f32 != nil:
+		d := t.f32.GetData()
+		for i := range d {
+			d[i] = v
+		}
+	default:
+		d, h := t.halves(), f32ToF16(v)
+		for i := range d {
+			d[i] = h
+		}
+	}
+}
+
+// scale multiplies every element by k in place (rounded back to the
+// tensor's dtype).
+func (t *ftensor) scale(k float32) {
+	switch {
+	case t.sc != nil:
+		t.sc.Set(t.sc.GetData() * k)
+	case t.f32 != nil:
+		d := t.f32.GetData()
+		for i := range d {
+			d[i] *= k
+		}
+	default:
+		d := t.halves()
+		for i, h := range d {
+			d[i] = f32ToF16(f16ToF32(h) * k)
+		}
+	}
+}
+
+// toF16 converts src into dst[:len(src)].
+func toF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = f32ToF16(v)
+	}
+}
+
+// fromF16 converts src[:len(dst)] into dst.
+func fromF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, h := range src {
+		dst[i] = f16ToF32(h)
 	}
 }
 
@@ -111,9 +226,24 @@ func (t *ftensor) destroy() {
 	}
 }
 
-// f32ToF16 converts to IEEE half precision, rounding to nearest even.
+// f32ToF16 converts to IEEE half precision, rounding to nearest even. The
+// half-normal range takes a branch-free path; the rest goes to f32ToF16Slow.
 func f32ToF16(f float32) uint16 {
 	b := math.Float32bits(f)
+	a := b & 0x7fffffff
+	if a-0x38800000 < 0x47800000-0x38800000 {
+		// |f| in [2^-14, 65536): rebias the exponent (127-15 = 112) and
+		// round the 13 dropped mantissa bits to nearest even; a carry into
+		// the exponent (up to infinity) is still correct.
+		a += 0xfff + (a>>13)&1
+		return uint16(b>>16)&0x8000 | uint16((a-0x38000000)>>13)
+	}
+	return f32ToF16Slow(b)
+}
+
+// f32ToF16Slow converts the bits of a float32 outside the half-normal
+// range: zeros, half subnormals, overflow, infinities and NaN.
+func f32ToF16Slow(b uint32) uint16 {
 	sign := uint16(b>>16) & 0x8000
 	exp := int((b>>23)&0xff) - 127 + 15
 	man := b & 0x7fffff
@@ -147,8 +277,16 @@ func f32ToF16(f float32) uint16 {
 	return sign | uint16(h)
 }
 
-// f16ToF32 widens an IEEE half.
+// f16ToF32 widens an IEEE half; normal halves take a branch-free path.
 func f16ToF32(h uint16) float32 {
+	if e := h & 0x7c00; e != 0 && e != 0x7c00 {
+		return math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)+(127-15)<<10)<<13)
+	}
+	return f16ToF32Slow(h)
+}
+
+// f16ToF32Slow widens zeros, subnormals, infinities and NaN.
+func f16ToF32Slow(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
 	exp := uint32(h>>10) & 0x1f
 	man := uint32(h & 0x3ff)
@@ -327,11 +465,7 @@ func (t *timestepTensor) set(v float64) {
 			d[i] = int32(math.Round(v))
 		}
 	default:
-		vals := make([]float32, t.f.n)
-		for i := range vals {
-			vals[i] = float32(v)
-		}
-		t.f.set(vals)
+		t.f.fill(float32(v))
 	}
 }
 
