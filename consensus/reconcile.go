@@ -59,7 +59,7 @@ func (n *Node) startLeaderLoop() (stop func()) {
 // every event and every ReconcileInterval until leadership ends.
 func (n *Node) leaderLoop(ctx context.Context) {
 	for {
-		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		err := n.awaitBarrier(ctx)
 		if err == nil {
 			break
 		}
@@ -251,11 +251,35 @@ func VoterTarget(maxVoters, eligible int) int {
 }
 
 func (n *Node) changeConfig(action, id, addr string, change func() raft.IndexFuture) error {
-	if err := change().Error(); err != nil {
+	if err := n.await(context.Background(), change()); err != nil {
 		n.logger.Warn("raft configuration change failed", "action", action, "server", id, "addr", addr, "err", err)
 		return err
 	}
 	n.logger.Info("raft configuration changed", "action", action, "server", id, "addr", addr)
 	n.metrics.reconcileChanges.WithLabelValues(action).Inc()
 	return nil
+}
+
+// awaitBarrier issues a raft barrier and waits for it, or for ctx or the
+// node's shutdown: a barrier queued just as raft shuts down is never
+// answered (hashicorp/raft drops what is left in its apply queue), and
+// waiting on it alone hung Close, which waits for this loop (seen once in
+// a full test run).
+func (n *Node) awaitBarrier(ctx context.Context) error {
+	return n.await(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
+}
+
+// await waits for a raft future, or for ctx (ErrLeadershipLost: the
+// leader loop is being stopped) or the node's shutdown (ErrRaftShutdown).
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return raft.ErrLeadershipLost
+	case <-n.shutdownCh:
+		return raft.ErrRaftShutdown
+	}
 }
