@@ -104,15 +104,6 @@ func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
 	return keyInfo(*res.Key), nil
 }
 
-// usageRow is one group of GET /v1/server/usage.
-type usageRow struct {
-	Group            string  `json:"group"`
-	Requests         int64   `json:"requests"`
-	PromptTokens     int64   `json:"prompt_tokens"`
-	CompletionTokens int64   `json:"completion_tokens"`
-	EstimatedCost    float64 `json:"estimated_cost"`
-	Errors           int64   `json:"errors"`
-}
 
 // Usage groups the replicated usage totals by app, model, key or worker.
 func (n *Node) Usage(by string, since, until time.Time) (any, error) {
@@ -128,9 +119,9 @@ func (n *Node) Usage(by string, since, until time.Time) (any, error) {
 		r.To = consensus.DayOf(until)
 	}
 	rows := n.cluster.raft.State().UsageIn(dim, r)
-	out := make([]usageRow, 0, len(rows))
+	out := make([]api.UsageRow, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, usageRow{Group: r.Group, Requests: r.Requests, PromptTokens: r.InputTokens, CompletionTokens: r.OutputTokens,
+		out = append(out, api.UsageRow{Group: r.Group, Requests: r.Requests, PromptTokens: r.InputTokens, CompletionTokens: r.OutputTokens,
 			EstimatedCost: float64(r.CostMicros) / microsPerUnit, Errors: r.Errors})
 	}
 	return out, nil

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/url"
 	"text/tabwriter"
+
+	"github.com/infermesh/infermesh/node/api"
 )
 
 // usageCmd prints the replicated usage totals grouped by app, model, key
@@ -40,14 +42,7 @@ func usageCmd(args []string, stdout, stderr io.Writer) int {
 		By     string `json:"by"`
 		Since  string `json:"since,omitempty"`
 		Until  string `json:"until,omitempty"`
-		Data   []struct {
-			Group            string  `json:"group"`
-			Requests         int64   `json:"requests"`
-			PromptTokens     int64   `json:"prompt_tokens"`
-			CompletionTokens int64   `json:"completion_tokens"`
-			EstimatedCost    float64 `json:"estimated_cost"`
-			Errors           int64   `json:"errors"`
-		} `json:"data"`
+		Data   []api.UsageRow `json:"data"`
 	}
 	if err := getJSON(*base, "/v1/server/usage?"+q.Encode(), &out); err != nil {
 		fmt.Fprintf(stderr, "infermesh usage: %v\n", err)

@@ -75,3 +75,14 @@ func EstimateTokens(body []byte) (input, maxOutput int64) {
 	}
 	return int64(len(body)), maxOutput
 }
+
+// UsageRow is one group of GET /v1/server/usage (and of `infermesh
+// usage`): the totals of one app, model, key or worker.
+type UsageRow struct {
+	Group            string  `json:"group"`
+	Requests         int64   `json:"requests"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	EstimatedCost    float64 `json:"estimated_cost"`
+	Errors           int64   `json:"errors"`
+}
