@@ -104,7 +104,6 @@ func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
 	return keyInfo(*res.Key), nil
 }
 
-
 // Usage groups the replicated usage totals by app, model, key or worker.
 func (n *Node) Usage(by string, since, until time.Time) (any, error) {
 	dim, err := consensus.ParseUsageDimension(by)

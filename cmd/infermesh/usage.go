@@ -38,10 +38,10 @@ func usageCmd(args []string, stdout, stderr io.Writer) int {
 		q.Set("until", *until)
 	}
 	var out struct {
-		Object string `json:"object"`
-		By     string `json:"by"`
-		Since  string `json:"since,omitempty"`
-		Until  string `json:"until,omitempty"`
+		Object string         `json:"object"`
+		By     string         `json:"by"`
+		Since  string         `json:"since,omitempty"`
+		Until  string         `json:"until,omitempty"`
 		Data   []api.UsageRow `json:"data"`
 	}
 	if err := getJSON(*base, "/v1/server/usage?"+q.Encode(), &out); err != nil {
