@@ -93,6 +93,16 @@ func (s *Server) imagesUpscale(w http.ResponseWriter, r *http.Request, req *upsc
 		WriteError(w, BadRequest(CodeModelNotSupported, "model", fmt.Sprintf("Model %s does not upscale images.", req.Model)))
 		return
 	}
+	// Upscaling is image work like generation: it takes a turn of the
+	// node's image gate (and counts in the gossiped queue depth).
+	if g, ok := s.opt.Backend.(ImageGater); ok && g.ImageGate() != nil {
+		done, err := g.ImageGate().Acquire(r.Context())
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		defer done()
+	}
 	img, release, err := s.decodeImage(r, req.Image)
 	if err != nil {
 		writeErr(w, err)
