@@ -223,7 +223,7 @@ func (o *OpenVoice) tone(ctx context.Context, y []float32) ([]float32, error) {
 		return nil, fmt.Errorf("tts: %s: audio too short for a spectrogram", o.id)
 	}
 	var in tensors
-	defer in.destroyAll()
+	defer func() { in.destroyAll() }() // a closure: destroy (and keep alive) the tensors appended below
 	if err := in.f32(ort.NewShape(1, int64(frames), int64(o.spec.bins())), mag); err != nil {
 		return nil, err
 	}
@@ -253,7 +253,7 @@ func (o *OpenVoice) convert(ctx context.Context, y, dest []float32) ([]float32, 
 		}
 	}
 	var in tensors
-	defer in.destroyAll()
+	defer func() { in.destroyAll() }() // a closure: destroy (and keep alive) the tensors appended below
 	g := int64(o.gin)
 	for _, err := range []error{
 		in.f32(ort.NewShape(1, int64(k), int64(frames)), spec),

@@ -371,7 +371,7 @@ func (k *Kokoro) run(ctx context.Context, ids []int64, voice []float32, speed fl
 	row := min(n, kokoroStyleRows-1)
 	style := append([]float32(nil), voice[row*kokoroStyleDim:(row+1)*kokoroStyleDim]...)
 	var in tensors
-	defer in.destroyAll()
+	defer func() { in.destroyAll() }() // a closure: destroy (and keep alive) the tensors appended below
 	if err := in.i64(ort.NewShape(1, int64(n+2)), padded); err != nil {
 		return nil, err
 	}

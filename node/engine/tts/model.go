@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -132,6 +133,9 @@ func (m *model) run(ctx context.Context, inputs []ort.Value) ([][]float32, []ort
 	err := onnx.RunCancellable(ctx, ro, func() error {
 		return m.session.RunWithOptions(inputs, outs, ro)
 	})
+	// The inputs' Go memory backs the ORT tensors: keep it reachable until
+	// the run has returned (a collected input was read as garbage once).
+	runtime.KeepAlive(inputs)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, nil, cerr

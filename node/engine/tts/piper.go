@@ -244,7 +244,7 @@ func (p *Piper) sentenceUnits(ctx context.Context, s string) ([]unit, error) {
 // run makes one model call.
 func (p *Piper) run(ctx context.Context, ids []int64, scales []float32, sid int64) ([]float32, error) {
 	var in tensors
-	defer in.destroyAll()
+	defer func() { in.destroyAll() }() // a closure: destroy (and keep alive) the tensors appended below
 	if err := in.i64(ort.NewShape(1, int64(len(ids))), ids); err != nil {
 		return nil, err
 	}
