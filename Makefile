@@ -66,6 +66,7 @@ fuzz:
 	$(FUZZ) 20000x -fuzz '^FuzzEncode$$' ./node/engine/tokenizer
 	$(FUZZ) 20000x -fuzz '^FuzzEncodeBPE$$' ./node/engine/tokenizer
 	$(FUZZ) 5000x -fuzz '^FuzzSchemaAutomaton$$' ./node/engine/chat
+	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...
