@@ -111,7 +111,7 @@ func (n *Node) AuditKeys() map[string]ed25519.PublicKey {
 // q.Local) every other member's, fetched from its client port with the
 // caller's credentials. Each node's chain verifies on its own, so the
 // concatenation verifies.
-func (n *Node) exportAudit(ctx context.Context, q audit.Query, w io.Writer, auth string) error {
+func (n *Node) exportAudit(ctx context.Context, q audit.Query, w io.Writer, authorization string) error {
 	if n.audit == nil {
 		return errors.New("audit records are off on this node (--audit=false)")
 	}
@@ -138,8 +138,8 @@ func (n *Node) exportAudit(ctx context.Context, q audit.Query, w io.Writer, auth
 		if err != nil {
 			return err
 		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
 		}
 		resp, err := client.Do(req)
 		if err != nil {

@@ -2,21 +2,16 @@ package node_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/infermesh/infermesh/node"
-	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
-	"github.com/infermesh/infermesh/node/models"
 )
 
 const benchAdminKey = "bench-admin-key-0123456789"
@@ -26,34 +21,13 @@ const benchAdminKey = "bench-admin-key-0123456789"
 // governed, or a loopback node with audit off when not.
 func startGoverned(b *testing.B, id string, governed bool) *node.Node {
 	b.Helper()
-	dir := b.TempDir()
-	log := slog.New(slog.DiscardHandler)
-	store, err := models.Open(filepath.Join(dir, "models"), log, time.Now)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := store.Import(onnxtest.AssetDir(b, "tiny-bert", "manifest.json")); err != nil {
-		b.Fatal(err)
-	}
-	cfg := node.Defaults()
-	cfg.NodeID, cfg.DataDir, cfg.Logger = id, dir, log
-	cfg.Listen, cfg.GossipListen, cfg.RPCListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ClusterSecret, cfg.FastTimers = "bench-secret", true
-	cfg.ORTLibrary = onnxtest.LibraryPath(b)
-	cfg.Audit.Enabled = governed
-	if governed {
-		cfg.Listen = "0.0.0.0:0"
-		cfg.Limits.KeyRPM, cfg.Limits.ClientRPM = 1_000_000, 1_000_000
-	}
-	n, err := node.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { n.Close() })
-	return n
+	return runNode(b, id, []string{"tiny-bert"}, func(cfg *node.Config) {
+		cfg.Audit.Enabled = governed
+		if governed {
+			cfg.Listen = "0.0.0.0:0"
+			cfg.Limits.KeyRPM, cfg.Limits.ClientRPM = 1_000_000, 1_000_000
+		}
+	})
 }
 
 func benchCall(b *testing.B, c *http.Client, method, url, key string, body any) []byte {

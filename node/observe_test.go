@@ -2,13 +2,11 @@ package node_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,8 +17,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/infermesh/infermesh/node"
-	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
-	"github.com/infermesh/infermesh/node/models"
 )
 
 // Model ids of the test assets, as clients name them and as metrics label
@@ -36,33 +32,12 @@ const (
 // cached models installed; log nil discards the node's log.
 func observedNode(t *testing.T, id string, join []string, log *slog.Logger, modelNames ...string) *node.Node {
 	t.Helper()
-	dir := t.TempDir()
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	store, err := models.Open(filepath.Join(dir, "models"), slog.New(slog.DiscardHandler), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range modelNames {
-		if _, err := store.Import(onnxtest.AssetDir(t, m, "manifest.json")); err != nil {
-			t.Fatal(err)
+	return runNode(t, id, modelNames, func(c *node.Config) {
+		c.Join = join
+		if log != nil {
+			c.Logger = log
 		}
-	}
-	cfg := node.Defaults()
-	cfg.NodeID, cfg.DataDir, cfg.Logger = id, dir, log
-	cfg.Listen, cfg.GossipListen, cfg.RPCListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ClusterSecret, cfg.FastTimers, cfg.Join = "observe-secret", true, join
-	cfg.ORTLibrary = onnxtest.LibraryPath(t)
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
+	})
 }
 
 // waitFor polls cond until it holds or the deadline passes.

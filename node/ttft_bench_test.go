@@ -2,50 +2,21 @@ package node_test
 
 import (
 	"bufio"
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/infermesh/infermesh/node"
-	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
-	"github.com/infermesh/infermesh/node/models"
 )
 
 // startNode runs an in-process node on loopback ports with the given cached
-// models installed.
+// models installed, joining join.
 func startNode(b *testing.B, id string, join []string, modelNames ...string) *node.Node {
 	b.Helper()
-	dir := b.TempDir()
-	log := slog.New(slog.DiscardHandler)
-	store, err := models.Open(filepath.Join(dir, "models"), log, time.Now)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, m := range modelNames {
-		if _, err := store.Import(onnxtest.AssetDir(b, m, "manifest.json")); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cfg := node.Defaults()
-	cfg.NodeID, cfg.DataDir, cfg.Logger = id, dir, log
-	cfg.Listen, cfg.GossipListen, cfg.RPCListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ClusterSecret, cfg.FastTimers, cfg.Join = "bench-secret", true, join
-	cfg.ORTLibrary = onnxtest.LibraryPath(b)
-	n, err := node.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { n.Close() })
-	return n
+	return runNode(b, id, modelNames, func(c *node.Config) { c.Join = join })
 }
 
 // firstToken sends a streamed chat request and returns the time until the

@@ -163,6 +163,10 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 			defer func() { served.Status = sw.code(); done(served) }()
 		}
 		served = s.opt.Dispatcher.Serve(sw, r, m.ID, body, stream || !small)
+		// Pass the usage on to whatever carries this response (the
+		// forward server's writer on a node serving a peer's request),
+		// so it reaches the node that admitted the request.
+		reportUsage(w, served.PromptTokens, served.CompletionTokens)
 		if served.Aborted {
 			panic(http.ErrAbortHandler) // after the deferred accounting
 		}

@@ -167,22 +167,8 @@ func (a *attemptWriter) FlushError() error {
 }
 
 // SetUsage records token usage (see forward.UsageSetter).
-// The report also goes on to the writer this attempt wraps when that
-// carries usage too (the forward server's writer on a node serving a
-// peer's request), so it reaches the node that admitted the request.
 func (a *attemptWriter) SetUsage(promptTokens, completionTokens int64) {
 	a.usage = forward.Usage{PromptTokens: promptTokens, CompletionTokens: completionTokens}
-	for w := a.w; w != nil; {
-		if u, ok := w.(forward.UsageSetter); ok {
-			u.SetUsage(promptTokens, completionTokens)
-			return
-		}
-		uw, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return
-		}
-		w = uw.Unwrap()
-	}
 }
 
 // Unwrap lets http.ResponseController reach the client's writer.

@@ -49,10 +49,6 @@ const (
 // Free and none (unlimited) otherwise. No API key can have this id.
 const FreeAllowanceKeyID = consensus.FreeAllowanceKeyID
 
-// UpgradeHeader is sent as "X-Service-Upgrade: 1" on a 429 that a paid
-// plan would lift (see Upgrade).
-const UpgradeHeader = "X-Service-Upgrade"
-
 // PlanSettings are the replicated plan settings the limiter reads.
 type PlanSettings struct {
 	// Plan is the server's plan; empty is Pro.
