@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,14 +68,17 @@ func TestDrainingSingleNodeRefusesNewWork(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "readyz 503", func() error {
+	// 503 alone could still be "not_ready" from start-up: wait for the
+	// drain itself.
+	eventually(t, 5*time.Second, "readyz 503 draining", func() error {
 		r, err := http.Get(p.url("/readyz"))
 		if err != nil {
 			return err
 		}
+		b, _ := io.ReadAll(r.Body)
 		r.Body.Close()
-		if r.StatusCode != 503 {
-			return errStatus(r.StatusCode)
+		if r.StatusCode != 503 || !strings.Contains(string(b), "draining") {
+			return fmt.Errorf("%d %s", r.StatusCode, b)
 		}
 		return nil
 	})

@@ -464,6 +464,15 @@ func TestEndToEndBackgroundRemovalAndDrain(t *testing.T) {
 		slow <- result{r, err}
 	}()
 	waitInFlight(t, p)
+	// In flight counts from the request's head; wait until it is past
+	// routing and running (it holds a busy-gate slot), so it is work the
+	// drain must finish, not new work it refuses.
+	eventually(t, 30*time.Second, "background removal running", func() error {
+		if n, err := metricSum(p, "infermesh_gate_inflight"); err != nil || n < 1 {
+			return fmt.Errorf("gate in flight %v (%v)", n, err)
+		}
+		return nil
+	})
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
