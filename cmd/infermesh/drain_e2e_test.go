@@ -131,10 +131,6 @@ func TestDrainingHoldersGive503InMesh(t *testing.T) {
 	}
 }
 
-type errStatus int
-
-func (e errStatus) Error() string { return http.StatusText(int(e)) }
-
 type errState string
 
 func (e errState) Error() string { return "state " + string(e) }
