@@ -55,8 +55,8 @@ type KeyStore interface {
 	KeyByHash(hash [32]byte) (Key, bool)
 }
 
-// HashKey hashes a plaintext key the way stores index it (SHA-256, the same
-// as consensus.HashKey).
+// HashKey hashes a plaintext key the way stores index it (SHA-256, the
+// consensus.KeyHash the replicated key table is indexed by).
 func HashKey(plaintext string) [32]byte { return sha256.Sum256([]byte(plaintext)) }
 
 // NewKey generates a key: KeyPrefix and 43 base62 characters (256 bits from
