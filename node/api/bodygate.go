@@ -76,13 +76,6 @@ func (b *bodyBudget) give(n int64) {
 	b.mu.Unlock()
 }
 
-// inUse reports the bytes held now (for metrics).
-func (b *bodyBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
-
 // gatedBody wraps a request body: each read moves the connection's read
 // deadline to when the bytes read so far plus the next chunk are due at
 // the minimum rate, and charges what it reads to the node's budget.

@@ -184,3 +184,8 @@ func FuzzParseImages(f *testing.F) {
 		}
 	})
 }
+
+// parseImages is parseImageBody for a generation body (prompt required).
+func parseImages(body []byte) (*parsedImages, error) {
+	return parseImageBody(body, false)
+}

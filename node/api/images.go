@@ -87,12 +87,6 @@ type parsedImages struct {
 	Local localImages
 }
 
-// parseImages validates an image generation body against the spec's
-// ranges. Which operations a model supports is checked in the handler.
-func parseImages(body []byte) (*parsedImages, error) {
-	return parseImageBody(body, false)
-}
-
 // promptOptional are the operations that may come without a prompt when
 // parseImageBody allows it.
 func promptOptional(op string) bool {

@@ -59,9 +59,6 @@ func NewProvider(t testing.TB, key string) *Provider {
 // URL is the provider's base URL, ending in /v1.
 func (d *Provider) URL() string { return d.srv.URL + "/v1" }
 
-// Close stops the provider (its address then refuses connections).
-func (d *Provider) Close() { d.srv.Close() }
-
 // Requests is the number of requests received.
 func (d *Provider) Requests() int {
 	d.mu.Lock()
