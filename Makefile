@@ -7,12 +7,18 @@ GOFLAGS_LD := -ldflags "-X main.version=$(VERSION)"
 DATA ?= data
 export PATH := $(CACHE)/bin:$(PATH)
 
-.PHONY: all build run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short
+.PHONY: all build install run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short
 
 all: build
 
 build:
 	go build $(GOFLAGS_LD) -o $(BIN) ./cmd/infermesh
+
+# Copy the binary to $(PREFIX)/bin (default ~/.local/bin), so the README's
+# `infermesh ...` commands work from any folder.
+PREFIX ?= $(HOME)/.local
+install: build
+	install -D -m 0755 $(BIN) $(PREFIX)/bin/infermesh
 
 deps:
 	scripts/deps.sh
@@ -31,12 +37,14 @@ assets: deps
 	/usr/bin/python3 testdata/models/gen_tiny_sd.py $(CACHE)/models
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
-# models installed into ./data.
+# models installed into ./data; RUN_FLAGS adds serve flags
+# (make run RUN_FLAGS=--legacy-listen).
+RUN_FLAGS ?=
 run: build assets
 	@for m in isnet tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
-	$(BIN) serve --data-dir $(DATA)
+	$(BIN) serve --data-dir $(DATA) $(RUN_FLAGS)
 
 # Packages whose tests run in one process (no child binaries, no chaos
 # harness); these also run under the race detector.
