@@ -165,7 +165,7 @@ func (n *Node) whileLeader(parent context.Context, leaderID string) (ctx context
 }
 
 // Handler returns the ConsensusService path and handler, to be mounted on
-// the HTTP side of the internal RPC port (rpcmux.NewServer). Calls go
+// the HTTP side of the internal RPC port (node/cluster.go). Calls go
 // through Config.PeerAuth.Handler, which refuses unauthenticated ones with
 // UNAUTHENTICATED; without one, every call is refused.
 func (n *Node) Handler() (string, http.Handler) {

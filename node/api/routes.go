@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -23,14 +24,14 @@ func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.common, s.gateBodies, s.cors, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowedMethods(r.URL.Path); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		WriteError(w, Errorf(http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed, "",
+		apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.TypeInvalidRequest, apierr.CodeMethodNotAllowed, "",
 			fmt.Sprintf("Method %s is not allowed for %s.", r.Method, r.URL.Path)))
 	})
 
@@ -98,7 +99,7 @@ func (s *Server) localRoutes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.recoverOnly)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
 	})
 	r.Route("/v1", func(r chi.Router) {
@@ -132,7 +133,7 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 			model, stream, _ = peekRoute(body)
 		}
 		if model != "" && s.opt.Backend.Blocked(model) {
-			WriteError(w, Errorf(http.StatusForbidden, TypePermission, CodeModelBlocked, "model",
+			apierr.Write(w, apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeModelBlocked, "model",
 				fmt.Sprintf("The model '%s' is blocked by the pool policy.", model)))
 			return
 		}
@@ -143,7 +144,7 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		if (model != "" || defaultTask != "") && s.opt.Backend.DrainingOnly(model, defaultTask) {
 			// Every node that holds the model is draining (this one
 			// included): a retry elsewhere or later will find one.
-			WriteError(w, drainingError())
+			apierr.Write(w, drainingError())
 			return
 		}
 		m, ok := s.opt.Backend.Model(model)
@@ -155,7 +156,7 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		sw := &statusWriter{ResponseWriter: w}
 		done, e := s.admit(r, m.ID, body)
 		if e != nil {
-			WriteError(w, e)
+			apierr.Write(w, e)
 			return
 		}
 		var served Served
