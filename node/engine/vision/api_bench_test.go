@@ -18,6 +18,7 @@ import (
 
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/imagecodec"
 )
 
 // The API benchmarks post a 640x480 JPEG to a route of the node's API
@@ -45,18 +46,19 @@ func (b *benchBackend) TaskEngine(_ context.Context, task engine.Task, id string
 }
 
 // jpeg640 encodes img as a quality-90 JPEG and returns the request's data
-// URL and the pixels the API will decode from it.
+// URL and the pixels the API decodes from it.
 func jpeg640(b *testing.B, img image.Image) (string, image.Image) {
 	b.Helper()
 	var buf bytes.Buffer
 	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
 		b.Fatal(err)
 	}
-	dec, err := jpeg.Decode(bytes.NewReader(buf.Bytes()))
+	url := "data:image/jpeg;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
+	dec, err := imagecodec.Decode(url, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return "data:image/jpeg;base64," + base64.StdEncoding.EncodeToString(buf.Bytes()), dec
+	return url, dec
 }
 
 // apiBench runs the interleaved comparison: body posted to route on an
