@@ -177,8 +177,19 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 				ws := xt.w[i*xt.n : i*xt.n+c]
 				px := line[3*f : 3*(f+c)]
 				var rr, gg, bb float32
-				for k, wt := range ws {
-					p := px[3*k : 3*k+3 : 3*k+3]
+				// Two taps a step (same order of additions).
+				for len(ws) >= 2 && len(px) >= 6 {
+					w0, w1, p := ws[0], ws[1], px[:6:6]
+					rr += w0 * p[0]
+					gg += w0 * p[1]
+					bb += w0 * p[2]
+					rr += w1 * p[3]
+					gg += w1 * p[4]
+					bb += w1 * p[5]
+					ws, px = ws[2:], px[6:]
+				}
+				if len(ws) == 1 && len(px) >= 3 {
+					wt, p := ws[0], px[:3:3]
 					rr += wt * p[0]
 					gg += wt * p[1]
 					bb += wt * p[2]
@@ -196,15 +207,31 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 					o[i] = add
 				}
 			} else {
+				// Source rows f..f+c-1 sit in distinct ring slots, so two
+				// can be held at once: two taps a pass over the row, in
+				// the same order of additions as one at a time.
 				ws := yt.w[j*yt.n : j*yt.n+c]
-				r := hrow(f)
-				wt := ws[0]
-				for i, v := range r[:len(o)] {
-					o[i] = wt * v
+				k := 1
+				if r0, w0 := hrow(f)[:len(o)], ws[0]; c >= 2 {
+					r1, w1 := hrow(f + 1)[:len(o)], ws[1]
+					for i, v := range r0 {
+						o[i] = w0*v + w1*r1[i]
+					}
+					k = 2
+				} else {
+					for i, v := range r0 {
+						o[i] = w0 * v
+					}
 				}
-				for k := 1; k < c; k++ {
-					r, wt := hrow(f+k), ws[k]
-					for i, v := range r[:len(o)] {
+				for ; k+1 < c; k += 2 {
+					ra, rb, wa, wb := hrow(f + k)[:len(o)], hrow(f + k + 1)[:len(o)], ws[k], ws[k+1]
+					for i, v := range ra {
+						o[i] = o[i] + wa*v + wb*rb[i]
+					}
+				}
+				if k < c {
+					r, wt := hrow(f + k)[:len(o)], ws[k]
+					for i, v := range r {
 						o[i] += wt * v
 					}
 				}
