@@ -119,7 +119,8 @@ func TestTurboMatchesImageJPEG(t *testing.T) {
 }
 
 // TestTurboRefusesDamage: cutting or corrupting a file never yields an
-// image from libjpeg-turbo that image/jpeg would refuse, and never crashes.
+// image from libjpeg-turbo that image/jpeg would refuse, never crashes, and
+// Decode still answers with image/jpeg's error.
 func TestTurboRefusesDamage(t *testing.T) {
 	data, err := os.ReadFile("testdata/video-001.q50.420.jpeg")
 	if err != nil {
@@ -129,10 +130,19 @@ func TestTurboRefusesDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	refused := 0
 	try := func(what string, d []byte) {
 		if _, err := jpeg.Decode(bytes.NewReader(d)); err != nil {
+			refused++
 			if _, ok := decodeJPEGTurbo(d, cfg.Width, cfg.Height); ok {
 				t.Errorf("%s: image/jpeg refuses it (%v), libjpeg-turbo decoded it", what, err)
+			}
+			// Decode reports image/jpeg's error (when the header still
+			// passes; otherwise DecodeConfig's).
+			if _, derr := Decode(base64.StdEncoding.EncodeToString(d), 0); derr == nil {
+				t.Errorf("%s: Decode accepted a file image/jpeg refuses (%v)", what, err)
+			} else if _, cerr := jpeg.DecodeConfig(bytes.NewReader(d)); cerr == nil && !strings.Contains(derr.Error(), err.Error()) {
+				t.Errorf("%s: Decode error %v, want image/jpeg's %v", what, derr, err)
 			}
 		}
 	}
@@ -143,6 +153,9 @@ func TestTurboRefusesDamage(t *testing.T) {
 		d := bytes.Clone(data)
 		d[i] ^= 0xA5
 		try("flipped", d)
+	}
+	if refused < 10 {
+		t.Fatalf("only %d damaged files refused by image/jpeg; the test needs more", refused)
 	}
 	if _, ok := decodeJPEGTurbo(data, cfg.Width+1, cfg.Height); ok {
 		t.Error("decoded with other dimensions than the header's")
