@@ -11,7 +11,7 @@ export PATH := $(CACHE)/bin:$(PATH)
 
 all: build
 
-build:
+build: deps
 	go build $(GOFLAGS_LD) -o $(BIN) ./cmd/infermesh
 
 # Copy the binary to $(PREFIX)/bin (default ~/.local/bin), so the README's

@@ -34,7 +34,8 @@ func bench640(b *testing.B, faces bool) image.Image {
 // the time it measured. It reports the mean times, ratio (bare time over
 // pipeline time: 1 = no overhead, the target is at least 0.9),
 // ratio-median (the median of the per-iteration ratios, which one
-// disturbed iteration cannot move) and ratio-min (the fastest bare time
+// disturbed iteration cannot move), ratio-of-medians (median bare time
+// over median pipeline time), ratio-min (the fastest bare time
 // over the fastest pipeline time: each side's least disturbed run, the
 // steadiest wall-clock figure on a loaded machine) and cpu-ratio, the same
 // ratio in process CPU time (every thread, ORT's included), which waiting
@@ -53,6 +54,7 @@ func interleaved(b *testing.B, pipeline, bare func() time.Duration) {
 		return d
 	}
 	ratios := make([]float64, 0, b.N)
+	pTimes, bTimes := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
 		var tp, tb time.Duration
@@ -66,6 +68,7 @@ func interleaved(b *testing.B, pipeline, bare func() time.Duration) {
 		pT, bT = pT+tp, bT+tb
 		pMin, bMin = min(pMin, tp), min(bMin, tb)
 		ratios = append(ratios, float64(tb)/float64(tp))
+		pTimes, bTimes = append(pTimes, tp), append(bTimes, tb)
 	}
 	n := float64(b.N)
 	b.ReportMetric(pT.Seconds()*1e3/n, "pipeline-ms/op")
@@ -73,6 +76,9 @@ func interleaved(b *testing.B, pipeline, bare func() time.Duration) {
 	b.ReportMetric(float64(bT)/float64(pT), "ratio")
 	slices.Sort(ratios)
 	b.ReportMetric(ratios[len(ratios)/2], "ratio-median")
+	slices.Sort(pTimes)
+	slices.Sort(bTimes)
+	b.ReportMetric(float64(bTimes[len(bTimes)/2])/float64(pTimes[len(pTimes)/2]), "ratio-of-medians")
 	b.ReportMetric(float64(bMin)/float64(pMin), "ratio-min")
 	b.ReportMetric(float64(bCPU)/float64(pCPU), "cpu-ratio")
 }

@@ -157,25 +157,45 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 		if flush != nil {
 			scratch = make([]float32, dw*3)
 		}
+		// line holds one source row as float32 RGB: each pixel is
+		// converted once, not once per tap that reads it.
+		line := make([]float32, 3*w)
 		hrow := func(y int) []float32 {
 			r := ring[(y%yt.n)*dw*3 : (y%yt.n+1)*dw*3]
 			if held[y%yt.n] == y {
 				return r
 			}
 			held[y%yt.n] = y
-			line := src.Pix[y*src.Stride : y*src.Stride+4*w]
+			pix := src.Pix[y*src.Stride : y*src.Stride+4*w]
+			for x := range w {
+				p := pix[4*x : 4*x+3 : 4*x+3]
+				l := line[3*x : 3*x+3 : 3*x+3]
+				l[0], l[1], l[2] = float32(p[0]), float32(p[1]), float32(p[2])
+			}
 			for i := range dw {
 				f, c := xt.first[i], xt.count[i]
 				ws := xt.w[i*xt.n : i*xt.n+c]
-				px := line[4*f : 4*(f+c)]
+				px := line[3*f : 3*(f+c)]
 				var rr, gg, bb float32
-				for k, wt := range ws {
-					p := px[4*k : 4*k+3]
-					rr += wt * float32(p[0])
-					gg += wt * float32(p[1])
-					bb += wt * float32(p[2])
+				// Two taps a step (same order of additions).
+				for len(ws) >= 2 && len(px) >= 6 {
+					w0, w1, p := ws[0], ws[1], px[:6:6]
+					rr += w0 * p[0]
+					gg += w0 * p[1]
+					bb += w0 * p[2]
+					rr += w1 * p[3]
+					gg += w1 * p[4]
+					bb += w1 * p[5]
+					ws, px = ws[2:], px[6:]
 				}
-				r[3*i], r[3*i+1], r[3*i+2] = rr, gg, bb
+				if len(ws) == 1 && len(px) >= 3 {
+					wt, p := ws[0], px[:3:3]
+					rr += wt * p[0]
+					gg += wt * p[1]
+					bb += wt * p[2]
+				}
+				o := r[3*i : 3*i+3 : 3*i+3]
+				o[0], o[1], o[2] = rr, gg, bb
 			}
 			return r
 		}
@@ -187,15 +207,31 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 					o[i] = add
 				}
 			} else {
+				// Source rows f..f+c-1 sit in distinct ring slots, so two
+				// can be held at once: two taps a pass over the row, in
+				// the same order of additions as one at a time.
 				ws := yt.w[j*yt.n : j*yt.n+c]
-				r := hrow(f)
-				wt := ws[0]
-				for i, v := range r[:len(o)] {
-					o[i] = wt * v
+				k := 1
+				if r0, w0 := hrow(f)[:len(o)], ws[0]; c >= 2 {
+					r1, w1 := hrow(f + 1)[:len(o)], ws[1]
+					for i, v := range r0 {
+						o[i] = w0*v + w1*r1[i]
+					}
+					k = 2
+				} else {
+					for i, v := range r0 {
+						o[i] = w0 * v
+					}
 				}
-				for k := 1; k < c; k++ {
-					r, wt := hrow(f+k), ws[k]
-					for i, v := range r[:len(o)] {
+				for ; k+1 < c; k += 2 {
+					ra, rb, wa, wb := hrow(f + k)[:len(o)], hrow(f + k + 1)[:len(o)], ws[k], ws[k+1]
+					for i, v := range ra {
+						o[i] = o[i] + wa*v + wb*rb[i]
+					}
+				}
+				if k < c {
+					r, wt := hrow(f + k)[:len(o)], ws[k]
+					for i, v := range r {
 						o[i] += wt * v
 					}
 				}
@@ -222,35 +258,54 @@ func rotatedCrop(src *image.RGBA, cx, cy, side, angle float64, size int, dst []f
 	step := side / float64(size)
 	k := max(1, int(math.Ceil(step)))
 	cos, sin := math.Cos(angle), math.Sin(angle)
+	// offs[i*k+s] is sub-sample s of output column (or row) i, in source
+	// pixels from the crop centre before rotation.
+	offs := make([]float64, size*k)
+	for i := range size {
+		for s := range k {
+			offs[i*k+s] = (float64(i)+(float64(s)+0.5)/float64(k))*step - side/2
+		}
+	}
 	parallelRows(size, 4*size*size*k*k, func(j0, j1 int) {
-		rotatedRows(src, cx, cy, side, cos, sin, step, k, size, j0, j1, dst, mul, add)
+		rotatedRows(src, cx, cy, cos, sin, offs, k, size, j0, j1, dst, mul, add)
 	})
 }
 
-// rotatedRows computes rows [j0, j1) of rotatedCrop.
-func rotatedRows(src *image.RGBA, cx, cy, side, cos, sin, step float64, k, size, j0, j1 int, dst []float32, mul, add float32) {
-	w, h := src.Rect.Dx(), src.Rect.Dy()
+// rotatedRows computes rows [j0, j1) of rotatedCrop. Samples whose four
+// neighbours are inside the image read them straight from the pixels;
+// the others go through the bounds-checked path (black outside).
+func rotatedRows(src *image.RGBA, cx, cy, cos, sin float64, offs []float64, k, size, j0, j1 int, dst []float32, mul, add float32) {
+	w, h, stride := src.Rect.Dx(), src.Rect.Dy(), src.Stride
 	inv := 1 / float32(k*k)
 	at := func(x, y int) (float32, float32, float32) {
 		if x < 0 || y < 0 || x >= w || y >= h {
 			return 0, 0, 0
 		}
-		p := src.Pix[y*src.Stride+4*x:]
+		p := src.Pix[y*stride+4*x:]
 		return float32(p[0]), float32(p[1]), float32(p[2])
 	}
 	for j := j0; j < j1; j++ {
 		for i := range size {
 			var r, g, b float32
 			for sj := range k {
+				v := offs[j*k+sj]
+				vsin, vcos := v*sin, v*cos
 				for si := range k {
-					// Offset from the crop centre, in source pixels, before rotation.
-					u := (float64(i)+(float64(si)+0.5)/float64(k))*step - side/2
-					v := (float64(j)+(float64(sj)+0.5)/float64(k))*step - side/2
+					u := offs[i*k+si]
 					// Source coordinate; pixel centres sit at +0.5.
-					x := cx + u*cos - v*sin - 0.5
-					y := cy + u*sin + v*cos - 0.5
+					x := cx + u*cos - vsin - 0.5
+					y := cy + u*sin + vcos - 0.5
 					x0, y0 := int(math.Floor(x)), int(math.Floor(y))
 					fx, fy := float32(x-float64(x0)), float32(y-float64(y0))
+					if x0 >= 0 && y0 >= 0 && x0+1 < w && y0+1 < h {
+						o := y0*stride + 4*x0
+						p := src.Pix[o : o+7 : o+7]
+						q := src.Pix[o+stride : o+stride+7 : o+stride+7]
+						r += bilerp(float32(p[0]), float32(p[4]), float32(q[0]), float32(q[4]), fx, fy)
+						g += bilerp(float32(p[1]), float32(p[5]), float32(q[1]), float32(q[5]), fx, fy)
+						b += bilerp(float32(p[2]), float32(p[6]), float32(q[2]), float32(q[6]), fx, fy)
+						continue
+					}
 					r00, g00, b00 := at(x0, y0)
 					r10, g10, b10 := at(x0+1, y0)
 					r01, g01, b01 := at(x0, y0+1)

@@ -1,0 +1,13 @@
+//go:build !cgo || nolibjpeg
+
+package imagecodec
+
+import "image"
+
+// turboAvailable reports whether decodeJPEGTurbo can decode: not without
+// cgo or with the nolibjpeg build tag, where every JPEG goes to image/jpeg.
+const turboAvailable = false
+
+// decodeJPEGTurbo is not available without cgo or with the nolibjpeg
+// build tag.
+func decodeJPEGTurbo([]byte, int, int) (*image.RGBA, bool) { return nil, false }
