@@ -16,6 +16,13 @@ import (
 // retry has a fair chance.
 const busyRetryAfter = time.Second
 
+// prefillGrace is how long a waiting prompt's next chunk waits for the
+// running rows to hand over their next tokens (see prefillLocked). Rows
+// sample in well under a millisecond; the bound only matters when a
+// row's request is held up between tokens, which then costs the prompt
+// this much, not its whole wait.
+const prefillGrace = 20 * time.Millisecond
+
 // scheduler runs one decoder model's sequences: a goroutine (loop) owns the
 // batch cache and all session runs; requests talk to it through their seq
 // (a chat.Forwarder), whose Forward hands over the prompt or the next token
@@ -57,7 +64,8 @@ type scheduler struct {
 	closed   bool
 	admitted []*seq
 	queue    []*waiter
-	prefillQ []*seq // prompts handed over, oldest first
+	prefillQ []*seq    // prompts handed over, oldest first
+	held     time.Time // since when a prompt waits for the rows to be ready (zero: none)
 	counts   engine.BatchStats
 	done     chan struct{}
 
@@ -211,8 +219,9 @@ func (q *seq) Forward(ctx context.Context, ids []int64) ([]float32, error) {
 		q.next, q.pending, q.ctx = ids[0], true, ctx
 	}
 	// The request that makes the batch ready runs the step itself when no
-	// turn is under way; otherwise the loop does.
-	inline := q.pending && s.readyLocked()
+	// turn is under way and no prompt waits; otherwise the loop does (a
+	// waiting prompt's next chunk goes with the step).
+	inline := q.pending && len(s.prefillQ) == 0 && s.readyLocked()
 	if !inline {
 		s.wake.Signal()
 	}
@@ -264,20 +273,49 @@ func (q *seq) deliver(r seqResult) {
 	}
 }
 
-// workLocked reports whether the loop has something to do.
+// workLocked reports whether the loop has something to do: rows to drop,
+// a step to run, or a prompt to prefill (prefillLocked).
 func (s *scheduler) workLocked() bool {
-	if len(s.prefillQ) > 0 {
-		return true
-	}
-	if len(s.batch.rows) == 0 {
-		return false
-	}
 	for _, q := range s.batch.rows {
 		if q.gone {
 			return true
 		}
 	}
-	return s.readyLocked()
+	return s.readyLocked() || s.prefillLocked()
+}
+
+// prefillLocked reports whether a turn may run a prefill chunk now: a
+// prompt waits, and the batch is ready to step (or empty) or has kept the
+// prompt waiting for prefillGrace. So a chunk goes together with a step of
+// the running rows: running one while some rows are still sampling would
+// hold back their next token by a whole chunk, and a burst of prompts
+// would prefill back to back while the rows already joined wait for their
+// second token (their first text, when the first token is part of a
+// character).
+func (s *scheduler) prefillLocked() bool {
+	if len(s.prefillQ) == 0 {
+		return false
+	}
+	for _, q := range s.batch.rows {
+		if !q.gone {
+			return s.readyLocked() || !s.held.IsZero() && time.Since(s.held) >= prefillGrace
+		}
+	}
+	return true
+}
+
+// holdLocked starts the grace period of a prompt that waits for the rows,
+// with a timer that wakes the loop when it ends.
+func (s *scheduler) holdLocked() {
+	if !s.held.IsZero() || len(s.prefillQ) == 0 {
+		return
+	}
+	s.held = time.Now()
+	time.AfterFunc(prefillGrace, func() {
+		s.mu.Lock()
+		s.wake.Signal()
+		s.mu.Unlock()
+	})
 }
 
 // readyLocked reports whether every row has handed over its next token.
@@ -299,6 +337,7 @@ func (s *scheduler) loop() {
 	for {
 		s.mu.Lock()
 		for !s.closed && !s.workLocked() {
+			s.holdLocked()
 			s.wake.Wait()
 		}
 		if s.closed {
@@ -333,7 +372,8 @@ func (s *scheduler) turn(prefill bool) {
 	}
 	ready := s.readyLocked()
 	var pf *seq
-	for prefill && len(s.prefillQ) > 0 && pf == nil {
+	for prefill && s.prefillLocked() && pf == nil {
+		s.held = time.Time{}
 		pf = s.prefillQ[0]
 		if pf.gone {
 			s.prefillQ = s.prefillQ[1:]
