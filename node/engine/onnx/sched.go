@@ -32,10 +32,12 @@ const prefillGrace = 20 * time.Millisecond
 // are dropped from the batch at once and their admission released; when
 // every remaining row has handed over its next token, one batched decode
 // step runs and each row gets its logits; then one chunk (prefill_chunk
-// tokens) of the oldest waiting prompt runs on that prompt's own cache. So
-// a long prompt delays the running sequences by at most one chunk per
-// step, and a prompt that finishes its prefill joins the batch at the next
-// step. Sampling, stop strings, constraints and streaming stay in each
+// tokens) of the oldest waiting prompt runs on that prompt's own cache. A
+// chunk waits for the rows to be ready (up to prefillGrace), so each one
+// goes with a step: a long prompt delays the running sequences by at most
+// one chunk per step, a burst of prompts does not stall the rows already
+// decoding, and a prompt that finishes its prefill joins the batch at the
+// next step. Sampling, stop strings, constraints and streaming stay in each
 // request's goroutine (chat.Model.Generate), between its Forward calls: a
 // step waits for all rows, which only ever waits for sampling, because
 // Chat streams deltas through a goroutine of their own (a slow client does
