@@ -63,7 +63,7 @@ type decoder struct {
 	// other processes) a spinning pool thread burns the core the request
 	// goroutines need for sampling and waits on descheduled peers; on the
 	// shared 2-core reference machine sleeping threads made a 1-row step
-	// 2.2x and an 8-row step 3x faster, at less than half the CPU time
+	// 2.2-2.5x and an 8-row step 3x faster, with 1.6-2.6x less CPU time
 	// (BenchmarkDecodeStep).
 	spin bool
 	// defaults are the model's generation_config.json sampling defaults,
