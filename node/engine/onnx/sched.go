@@ -16,6 +16,13 @@ import (
 // retry has a fair chance.
 const busyRetryAfter = time.Second
 
+// prefillGrace is how long a waiting prompt's next chunk waits for the
+// running rows to hand over their next tokens (see prefillLocked). Rows
+// sample in well under a millisecond; the bound only matters when a
+// row's request is held up between tokens, which then costs the prompt
+// this much, not its whole wait.
+const prefillGrace = 20 * time.Millisecond
+
 // scheduler runs one decoder model's sequences: a goroutine (loop) owns the
 // batch cache and all session runs; requests talk to it through their seq
 // (a chat.Forwarder), whose Forward hands over the prompt or the next token
@@ -25,10 +32,12 @@ const busyRetryAfter = time.Second
 // are dropped from the batch at once and their admission released; when
 // every remaining row has handed over its next token, one batched decode
 // step runs and each row gets its logits; then one chunk (prefill_chunk
-// tokens) of the oldest waiting prompt runs on that prompt's own cache. So
-// a long prompt delays the running sequences by at most one chunk per
-// step, and a prompt that finishes its prefill joins the batch at the next
-// step. Sampling, stop strings, constraints and streaming stay in each
+// tokens) of the oldest waiting prompt runs on that prompt's own cache. A
+// chunk waits for the rows to be ready (up to prefillGrace), so each one
+// goes with a step: a long prompt delays the running sequences by at most
+// one chunk per step, a burst of prompts does not stall the rows already
+// decoding, and a prompt that finishes its prefill joins the batch at the
+// next step. Sampling, stop strings, constraints and streaming stay in each
 // request's goroutine (chat.Model.Generate), between its Forward calls: a
 // step waits for all rows, which only ever waits for sampling, because
 // Chat streams deltas through a goroutine of their own (a slow client does
@@ -57,7 +66,8 @@ type scheduler struct {
 	closed   bool
 	admitted []*seq
 	queue    []*waiter
-	prefillQ []*seq // prompts handed over, oldest first
+	prefillQ []*seq    // prompts handed over, oldest first
+	held     time.Time // since when a prompt waits for the rows to be ready (zero: none)
 	counts   engine.BatchStats
 	done     chan struct{}
 
@@ -211,8 +221,9 @@ func (q *seq) Forward(ctx context.Context, ids []int64) ([]float32, error) {
 		q.next, q.pending, q.ctx = ids[0], true, ctx
 	}
 	// The request that makes the batch ready runs the step itself when no
-	// turn is under way; otherwise the loop does.
-	inline := q.pending && s.readyLocked()
+	// turn is under way and no prompt waits; otherwise the loop does (a
+	// waiting prompt's next chunk goes with the step).
+	inline := q.pending && len(s.prefillQ) == 0 && s.readyLocked()
 	if !inline {
 		s.wake.Signal()
 	}
@@ -264,20 +275,49 @@ func (q *seq) deliver(r seqResult) {
 	}
 }
 
-// workLocked reports whether the loop has something to do.
+// workLocked reports whether the loop has something to do: rows to drop,
+// a step to run, or a prompt to prefill (prefillLocked).
 func (s *scheduler) workLocked() bool {
-	if len(s.prefillQ) > 0 {
-		return true
-	}
-	if len(s.batch.rows) == 0 {
-		return false
-	}
 	for _, q := range s.batch.rows {
 		if q.gone {
 			return true
 		}
 	}
-	return s.readyLocked()
+	return s.readyLocked() || s.prefillLocked()
+}
+
+// prefillLocked reports whether a turn may run a prefill chunk now: a
+// prompt waits, and the batch is ready to step (or empty) or has kept the
+// prompt waiting for prefillGrace. So a chunk goes together with a step of
+// the running rows: running one while some rows are still sampling would
+// hold back their next token by a whole chunk, and a burst of prompts
+// would prefill back to back while the rows already joined wait for their
+// second token (their first text, when the first token is part of a
+// character).
+func (s *scheduler) prefillLocked() bool {
+	if len(s.prefillQ) == 0 {
+		return false
+	}
+	for _, q := range s.batch.rows {
+		if !q.gone {
+			return s.readyLocked() || !s.held.IsZero() && time.Since(s.held) >= prefillGrace
+		}
+	}
+	return true
+}
+
+// holdLocked starts the grace period of a prompt that waits for the rows,
+// with a timer that wakes the loop when it ends.
+func (s *scheduler) holdLocked() {
+	if !s.held.IsZero() || len(s.prefillQ) == 0 {
+		return
+	}
+	s.held = time.Now()
+	time.AfterFunc(prefillGrace, func() {
+		s.mu.Lock()
+		s.wake.Signal()
+		s.mu.Unlock()
+	})
 }
 
 // readyLocked reports whether every row has handed over its next token.
@@ -299,6 +339,7 @@ func (s *scheduler) loop() {
 	for {
 		s.mu.Lock()
 		for !s.closed && !s.workLocked() {
+			s.holdLocked()
 			s.wake.Wait()
 		}
 		if s.closed {
@@ -333,7 +374,8 @@ func (s *scheduler) turn(prefill bool) {
 	}
 	ready := s.readyLocked()
 	var pf *seq
-	for prefill && len(s.prefillQ) > 0 && pf == nil {
+	for prefill && s.prefillLocked() && pf == nil {
+		s.held = time.Time{}
 		pf = s.prefillQ[0]
 		if pf.gone {
 			s.prefillQ = s.prefillQ[1:]
