@@ -258,30 +258,17 @@ func (n *Node) DrainingOnly(id, task string) bool {
 }
 
 // Status is the dashboard's view of this node.
-func (n *Node) Status() map[string]any {
+func (n *Node) Status() api.NodeStatus {
 	state := "ready"
 	if n.Draining() {
 		state = "draining"
 	}
-	type modelRow struct {
-		ID     string `json:"id"`
-		WireID string `json:"wire_id"`
-		Task   string `json:"task"`
-		Warm   bool   `json:"warm"`
-	}
-	var rows []modelRow
+	var rows []api.StatusModel
 	for _, m := range n.Models() {
-		rows = append(rows, modelRow{m.ID, m.WireID, m.Task, m.Warm})
+		rows = append(rows, api.StatusModel{ID: m.ID, WireID: m.WireID, Task: m.Task, Warm: m.Warm})
 	}
-	return map[string]any{
-		"node_id":        n.cfg.NodeID,
-		"state":          state,
-		"version":        n.cfg.Version,
-		"engine":         cmp.Or(n.cfg.Engine, EngineLocal),
-		"uptime_seconds": int64(n.clock().Sub(n.started).Seconds()),
-		"models":         rows,
-		"peers":          n.peerRows(),
-	}
+	return api.NodeStatus{NodeID: n.cfg.NodeID, State: state, Version: n.cfg.Version, Engine: cmp.Or(n.cfg.Engine, EngineLocal),
+		UptimeSeconds: int64(n.clock().Sub(n.started).Seconds()), Models: rows, Peers: n.peerRows()}
 }
 
 var _ api.Backend = (*Node)(nil)

@@ -105,7 +105,7 @@ func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
 }
 
 // Usage groups the replicated usage totals by app, model, key or worker.
-func (n *Node) Usage(by string, since, until time.Time) (any, error) {
+func (n *Node) Usage(by string, since, until time.Time) ([]api.UsageRow, error) {
 	dim, err := consensus.ParseUsageDimension(by)
 	if err != nil {
 		return nil, err
@@ -127,10 +127,10 @@ func (n *Node) Usage(by string, since, until time.Time) (any, error) {
 }
 
 // StateDigest identifies this node's replicated state, for convergence checks.
-func (n *Node) StateDigest() map[string]any {
+func (n *Node) StateDigest() api.StateDigest {
 	digest, index := n.cluster.raft.State().DigestAt()
-	return map[string]any{"node_id": n.cfg.NodeID, "digest": digest, "applied_index": index,
-		"leader": n.cluster.raft.Leader(), "is_leader": n.cluster.raft.IsLeader()}
+	return api.StateDigest{NodeID: n.cfg.NodeID, Digest: digest, AppliedIndex: index,
+		Leader: n.cluster.raft.Leader(), IsLeader: n.cluster.raft.IsLeader()}
 }
 
 var _ api.Governance = (*Node)(nil)

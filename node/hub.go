@@ -20,24 +20,13 @@ import (
 // This file makes *Node the api.ModelHub: catalogue, pulls (from peers
 // first, then the outside source), provenance and operator removal.
 
-// catalogRow is one entry of GET /v1/models/catalog: the spec's fields,
-// this node's state, and (an infermesh extension) the nodes that have the
-// model installed.
-type catalogRow struct {
-	models.Listing
-	IsInstalled bool     `json:"is_installed"`
-	IsActive    bool     `json:"is_active"`
-	LastUsedUTC *string  `json:"last_used_utc"`
-	InstalledOn []string `json:"installed_on"`
-}
-
 // Catalog lists the catalogue with this node's state of each model.
-func (n *Node) Catalog() any {
+func (n *Node) Catalog() []api.CatalogEntry {
 	holders := n.modelHolders()
 	entries := n.catalog.Entries()
-	out := make([]catalogRow, 0, len(entries))
+	out := make([]api.CatalogEntry, 0, len(entries))
 	for _, e := range entries {
-		row := catalogRow{Listing: e.Listing, InstalledOn: nonNil(holders[e.Key])}
+		row := api.CatalogEntry{Listing: e.Listing, InstalledOn: nonNil(holders[e.Key])}
 		row.Modalities, row.Tags = nonNil(e.Modalities), nonNil(e.Tags)
 		if _, err := n.store.Get(e.Key); err == nil {
 			row.IsInstalled = true
@@ -84,29 +73,18 @@ func (n *Node) modelHolders() map[string][]string {
 }
 
 // RefreshCatalog reloads every catalogue source.
-func (n *Node) RefreshCatalog(ctx context.Context) (any, error) {
+func (n *Node) RefreshCatalog(ctx context.Context) (api.CatalogRefresh, error) {
 	ch, err := n.catalog.Refresh(ctx)
 	if err != nil {
-		return nil, err
+		return api.CatalogRefresh{}, err
 	}
-	return map[string]any{"object": "catalog.refresh", "added": ch.Added, "removed": ch.Removed, "changed": ch.Changed,
-		"entries": ch.Entries, "sources": ch.Sources}, nil
-}
-
-// provenanceDoc is the body of GET /v1/server/models/{id}/provenance.
-type provenanceDoc struct {
-	Model            string `json:"model"`
-	Object           string `json:"object"`
-	Publisher        string `json:"publisher"`
-	Source           string `json:"source"`
-	License          string `json:"license"`
-	IntendedUse      string `json:"intended_use"`
-	KnownLimitations string `json:"known_limitations"`
+	return api.CatalogRefresh{Object: "catalog.refresh", Added: ch.Added, Removed: ch.Removed, Changed: ch.Changed,
+		Entries: ch.Entries, Sources: ch.Sources}, nil
 }
 
 // Provenance returns the model card registered for id: the installed
 // model's own, else the catalogue entry's.
-func (n *Node) Provenance(id string) (any, bool) {
+func (n *Node) Provenance(id string) (api.ModelCard, bool) {
 	var card *models.Card
 	key := id
 	if m, err := n.store.Get(id); err == nil {
@@ -119,11 +97,11 @@ func (n *Node) Provenance(id string) (any, bool) {
 		// card the catalogue registers for their id.
 		c, ok := n.catalog.Card(key)
 		if !ok {
-			return nil, false
+			return api.ModelCard{}, false
 		}
 		card = &c
 	}
-	return provenanceDoc{Model: key, Object: "model.card", Publisher: card.Publisher, Source: card.Source,
+	return api.ModelCard{Model: key, Object: "model.card", Publisher: card.Publisher, Source: card.Source,
 		License: card.License, IntendedUse: card.IntendedUse, KnownLimitations: card.KnownLimitations}, true
 }
 

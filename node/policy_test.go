@@ -23,10 +23,10 @@ func TestPolicyValidateNamesTheField(t *testing.T) {
 		`{"stratgy":"x"}`:                                                   "stratgy",
 	}
 	for body, param := range bad {
-		var d PolicyDoc
+		var d api.Policy
 		err := api.DecodeStrict([]byte(body), &d)
 		if err == nil {
-			if e := d.validate(); e != nil {
+			if e := validatePolicy(d); e != nil {
 				err = e
 			}
 		}
@@ -40,11 +40,11 @@ func TestPolicyValidateNamesTheField(t *testing.T) {
 		`{"strategy":"weighted","governance":"federated","workers":{"node-a":{"weight":3,"canary":true,"canary_percent":10,"inflight_cap":32}},
 		  "models":{"onnx/tiny-bert/test-128":{"lifecycle":"deprecated","replacement":"onnx/minilm/l6","price_per_request":0.0001,"price_per_million_input_tokens":0.02}}}`,
 	} {
-		var d PolicyDoc
+		var d api.Policy
 		if err := api.DecodeStrict([]byte(body), &d); err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
-		if e := d.validate(); e != nil {
+		if e := validatePolicy(d); e != nil {
 			t.Errorf("%s: %v", body, e)
 		}
 	}

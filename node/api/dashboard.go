@@ -151,7 +151,9 @@ func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 // a DashboardSource.
 func (s *Server) dashboardData(w http.ResponseWriter, r *http.Request) {
 	now := s.opt.Clock()
-	st := s.opt.Backend.Status()
+	ns := s.opt.Backend.Status()
+	st := map[string]any{"node_id": ns.NodeID, "state": ns.State, "version": ns.Version, "engine": ns.Engine,
+		"uptime_seconds": ns.UptimeSeconds, "models": ns.Models, "peers": ns.Peers}
 	switch {
 	case s.opt.Backend.Draining():
 		st["state"], st["reason"] = "draining", "the node is shutting down: it finishes in-flight work and takes no new requests"

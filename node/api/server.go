@@ -97,9 +97,35 @@ type Backend interface {
 	// server_draining with Retry-After instead of being routed or
 	// answered "not found".
 	DrainingOnly(id, task string) bool
-	// Status describes the node for the dashboard (id, state, version,
-	// uptime, models, peers); the API adds request statistics to it.
-	Status() map[string]any
+	// Status describes the node for the dashboard; the API adds request
+	// statistics to it.
+	Status() NodeStatus
+}
+
+// NodeStatus is the node's own part of the dashboard's data.
+type NodeStatus struct {
+	// NodeID is the node id.
+	NodeID string
+	// State is ready or draining (the dashboard refines it).
+	State string
+	// Version is the node's software version.
+	Version string
+	// Engine is the node's engine setting.
+	Engine string
+	// UptimeSeconds is how long the node has served.
+	UptimeSeconds int64
+	// Models are the mesh's models, sorted by id.
+	Models []StatusModel
+	// Peers are the mesh's nodes as gossip sees them.
+	Peers []Member
+}
+
+// StatusModel is one model in a NodeStatus.
+type StatusModel struct {
+	ID     string `json:"id"`
+	WireID string `json:"wire_id"`
+	Task   string `json:"task"`
+	Warm   bool   `json:"warm"`
 }
 
 // Member is one node of the mesh, for /v1/server/members and the dashboard.
