@@ -36,7 +36,7 @@ const (
 // ends, and returns the applied index.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
 	c := n.cluster
-	if c == nil || c.raft == nil {
+	if c.raft == nil {
 		return 0, errors.New("raft is not running on this node")
 	}
 	t := time.NewTicker(2 * time.Millisecond)
@@ -83,7 +83,7 @@ func (n *Node) writeVisible(ctx context.Context, index uint64, everywhere bool) 
 // applied index (at most bound) and returns the ids that did not confirm.
 func (n *Node) waitPeersApplied(ctx context.Context, index uint64, bound time.Duration) []string {
 	c := n.cluster
-	if c == nil || c.mesh == nil || c.fwdCli == nil {
+	if c.mesh == nil || c.fwdCli == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound+500*time.Millisecond)

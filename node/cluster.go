@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -26,7 +25,6 @@ import (
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/mesh/transfer"
 	"github.com/infermesh/infermesh/node/api"
-	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/dispatch"
 )
 
@@ -90,8 +88,7 @@ type clusterStart struct {
 // fails stops what the earlier ones started through stopCluster, the same
 // teardown a drain ends with (it skips the parts not built yet).
 func (n *Node) startCluster(httpAddr string) (err error) {
-	c := &cluster{done: make(chan struct{})}
-	n.cluster = c
+	c := n.cluster
 	s := &clusterStart{secret: n.clusterSecret(), httpAddr: httpAddr}
 	defer func() {
 		if err != nil {
@@ -216,9 +213,7 @@ func (n *Node) startRaft(c *cluster, s *clusterStart) error {
 // startAdmitter builds admission over raft (admission.go) and starts the
 // writes that wait for a leader.
 func (n *Node) startAdmitter(_ *cluster, s *clusterStart) error {
-	if err := n.startAdmission(); err != nil {
-		return err
-	}
+	n.admission.start()
 	go n.ensureAdminKey(!s.join)
 	go n.ensureReplicated()
 	return nil
@@ -449,7 +444,7 @@ type memberSource struct{ n *Node }
 // Members lists the nodes gossip knows, with this node first.
 func (s memberSource) Members() []consensus.Member {
 	c := s.n.cluster
-	if c == nil || c.mesh == nil {
+	if c.mesh == nil {
 		return nil
 	}
 	var out []consensus.Member
@@ -462,7 +457,7 @@ func (s memberSource) Members() []consensus.Member {
 // publishModels tells the mesh which models this node has and which are warm.
 func (n *Node) publishModels() {
 	c := n.cluster
-	if c == nil || c.mesh == nil {
+	if c.mesh == nil {
 		return
 	}
 	var installed []string
@@ -476,48 +471,10 @@ func (n *Node) publishModels() {
 	c.mesh.SetModels(append(installed, up...), append(n.engines.warmIDs(), up...))
 }
 
-// Serve makes *Node the API's dispatcher.
-func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool) api.Served {
-	f := requestFacts(r, model)
-	f.OnePiece = !stream
-	o := n.cluster.disp.Serve(w, r, f, body)
-	return api.Served{Backend: o.Backend, PromptTokens: o.Usage.PromptTokens, CompletionTokens: o.Usage.CompletionTokens,
-		Aborted: n.brokeOff(f, o)}
-}
-
-// ServeOn makes *Node an api.Pinned dispatcher: the request runs on the
-// named node.
-func (n *Node) ServeOn(w http.ResponseWriter, r *http.Request, node string, body []byte) {
-	f := requestFacts(r, "")
-	if n.brokeOff(f, n.cluster.disp.ServeOn(w, r, f, node, body)) {
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// requestFacts collects what dispatch needs to know about a request.
-func requestFacts(r *http.Request, model string) dispatch.Facts {
-	f := dispatch.Facts{Model: model, RequestID: api.RequestID(r.Context())}
-	f.Caller.ClientAddress = api.ClientAddr(r.Context())
-	if c, ok := auth.CallerFrom(r.Context()); ok {
-		f.Caller.KeyID, f.Caller.App = c.KeyID, c.App
-	}
-	return f
-}
-
-// brokeOff reports (and logs) a response that broke off after it started:
-// the caller aborts the client connection so the client sees the failure.
-func (n *Node) brokeOff(f dispatch.Facts, o dispatch.Outcome) bool {
-	if o.Err != nil && errors.Is(o.Err, dispatch.ErrIncomplete) {
-		n.log.Warn("response broke off after it started", "request_id", f.RequestID, "backend", o.Backend, "err", o.Err)
-		return true
-	}
-	return false
-}
-
 // drainCluster announces the drain and waits for local and forwarded work.
 func (n *Node) drainCluster(ctx context.Context) error {
 	c := n.cluster
-	if c == nil {
+	if c.mesh == nil {
 		return nil
 	}
 	c.mesh.SetHealth(route.HealthDraining)
@@ -531,9 +488,6 @@ func (n *Node) drainCluster(ctx context.Context) error {
 // stopCluster leaves gossip, hands off raft leadership and closes the RPC port.
 func (n *Node) stopCluster(ctx context.Context) {
 	c := n.cluster
-	if c == nil {
-		return
-	}
 	c.doneOnce.Do(func() { close(c.done) })
 	if c.mesh != nil {
 		if err := c.mesh.Leave(2 * time.Second); err != nil {
@@ -542,8 +496,8 @@ func (n *Node) stopCluster(ctx context.Context) {
 		c.sub.Close()
 		c.mesh.Shutdown()
 	}
-	if n.limiter != nil {
-		n.limiter.Close()
+	if n.admission.limiter != nil {
+		n.admission.limiter.Close()
 	}
 	if c.raft != nil {
 		if err := c.raft.Shutdown(ctx); err != nil {
@@ -566,7 +520,7 @@ func (n *Node) stopCluster(ctx context.Context) {
 
 // GossipAddr is the address peers pass to --join to reach this node.
 func (n *Node) GossipAddr() string {
-	if n.cluster == nil || n.cluster.mesh == nil {
+	if n.cluster.mesh == nil {
 		return ""
 	}
 	return n.cluster.mesh.GossipAddr()

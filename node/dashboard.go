@@ -28,9 +28,6 @@ const staleRecord = 15 * time.Second
 func (n *Node) Dashboard() api.MeshView {
 	var v api.MeshView
 	c := n.cluster
-	if c == nil {
-		return v
-	}
 	now := n.clock()
 	if c.mesh != nil {
 		for _, p := range c.mesh.Peers() {
@@ -75,7 +72,7 @@ func (n *Node) workerView(p route.Peer, now time.Time) api.WorkerView {
 	sort.Slice(w.Models, func(i, j int) bool { return w.Models[i].ID < w.Models[j].ID })
 	w.State, w.Reason = workerReason(p, warm, now)
 	if p.Self && w.State == "ready" {
-		if r := n.NotReady(); r != "" {
+		if r := n.backend.NotReady(); r != "" {
 			w.State, w.Reason = "not_ready", r
 		}
 	}

@@ -55,7 +55,7 @@ func (n *Node) modelHolders() map[string][]string {
 	for _, m := range n.store.List() {
 		out[m.ID] = append(out[m.ID], n.cfg.NodeID)
 	}
-	if n.cluster == nil || n.cluster.mesh == nil {
+	if n.cluster.mesh == nil {
 		return out
 	}
 	for _, p := range n.cluster.mesh.Peers() {
@@ -107,7 +107,7 @@ func (n *Node) Provenance(id string) (api.ModelCard, bool) {
 
 // PullAllowed applies the replicated governance mode and model lifecycle.
 func (n *Node) PullAllowed(key string) *api.APIError {
-	if n.cluster == nil || n.cluster.raft == nil {
+	if n.cluster.raft == nil {
 		return nil
 	}
 	pol := n.cluster.raft.State().Policy()
@@ -118,10 +118,10 @@ func (n *Node) PullAllowed(key string) *api.APIError {
 	id := key
 	if e, ok := n.catalog.Get(key); ok {
 		id = e.Key
-	} else if m, ok := n.Model(key); ok {
+	} else if m, ok := n.backend.Model(key); ok {
 		id = m.ID
 	}
-	if lc, _ := n.modelLifecycle(id); lc == consensus.LifecycleBlocked {
+	if lc, _ := n.cluster.modelLifecycle(id); lc == consensus.LifecycleBlocked {
 		return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeModelBlocked, "model_key",
 			fmt.Sprintf("The model '%s' is blocked by the operator's model policy.", id))
 	}
@@ -202,7 +202,7 @@ func (n *Node) pulledInstalled(m *models.Manifest) error {
 // loaded first, as pull sources.
 func (n *Node) pullPeers(model string) []models.PeerSource {
 	c := n.cluster
-	if c == nil || c.mesh == nil || c.xferCli == nil {
+	if c.mesh == nil || c.xferCli == nil {
 		return nil
 	}
 	var peers []route.Peer

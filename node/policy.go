@@ -210,12 +210,13 @@ func (r *replicatedPolicy) Policy() dispatch.Policy {
 	return r.cached
 }
 
-// modelLifecycle reports a model's lifecycle state and replacement.
-func (n *Node) modelLifecycle(id string) (string, string) {
-	if n.cluster == nil || n.cluster.raft == nil {
+// modelLifecycle reports a model's lifecycle state and replacement
+// (active before raft runs).
+func (c *cluster) modelLifecycle(id string) (string, string) {
+	if c.raft == nil {
 		return consensus.LifecycleActive, ""
 	}
-	mp, ok := n.cluster.raft.State().ModelPolicy(id)
+	mp, ok := c.raft.State().ModelPolicy(id)
 	if !ok {
 		return consensus.LifecycleActive, ""
 	}

@@ -17,7 +17,7 @@ import (
 // which is when an operator needs it most.
 func (n *Node) RaftPeers() (api.RaftStatus, error) {
 	c := n.cluster
-	if c == nil || c.raft == nil {
+	if c.raft == nil {
 		return api.RaftStatus{}, errors.New("raft is not running on this node")
 	}
 	servers, err := c.raft.Servers()
@@ -39,7 +39,7 @@ func (n *Node) RaftPeers() (api.RaftStatus, error) {
 // leader (`infermesh raft remove-peer`).
 func (n *Node) RemoveRaftPeer(ctx context.Context, id string) error {
 	c := n.cluster
-	if c == nil || c.raft == nil {
+	if c.raft == nil {
 		return errors.New("raft is not running on this node")
 	}
 	err := c.raft.RemovePeer(ctx, id)

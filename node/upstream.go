@@ -33,9 +33,9 @@ func (n *Node) initUpstream() error {
 }
 
 // upstreamModels is the API's view of the provider models.
-func (n *Node) upstreamModels() []api.Model {
+func (e *engines) upstreamModels() []api.Model {
 	var out []api.Model
-	for _, m := range n.engines.upstream.Models() {
+	for _, m := range e.upstream.Models() {
 		out = append(out, api.Model{ID: m.ID, WireID: m.WireID, Runtime: "upstream", Task: string(m.Task),
 			Modalities: []string{string(m.Task)}, Created: m.Created, Warm: true})
 	}

@@ -163,7 +163,7 @@ func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, p
 // error.
 func modelEngine[E any](s *Server, w http.ResponseWriter, r *http.Request, id string, get func(context.Context, string) (E, error)) (Model, E, bool) {
 	var zero E
-	m, ok := s.meshModel(w, id)
+	m, ok := s.meshModel(w, r, id)
 	if !ok {
 		return m, zero, false
 	}
@@ -175,12 +175,42 @@ func modelEngine[E any](s *Server, w http.ResponseWriter, r *http.Request, id st
 	return m, eng, true
 }
 
-// meshModel resolves id among the mesh's models; it answers 404
-// model_not_found when there is none.
-func (s *Server) meshModel(w http.ResponseWriter, id string) (Model, bool) {
+// meshModel resolves id among the mesh's models, or takes the model the
+// public router resolved for this request (routed) when it named the same
+// id; it answers 404 model_not_found when there is none.
+func (s *Server) meshModel(w http.ResponseWriter, r *http.Request, id string) (Model, bool) {
+	if m, ok := routedModel(r.Context(), id); ok {
+		return m, true
+	}
 	m, ok := s.opt.Backend.Model(id)
 	if !ok {
 		WriteError(w, ModelNotFound(id))
 	}
 	return m, ok
+}
+
+// routedKey is the context key of the model routed resolved.
+type routedKey struct{}
+
+// routed is the model a request named and what routed resolved it to.
+type routedResolution struct {
+	named string
+	model Model
+}
+
+// withRouted records in ctx that the request's model named was resolved
+// to m on this node.
+func withRouted(ctx context.Context, named string, m Model) context.Context {
+	return context.WithValue(ctx, routedKey{}, routedResolution{named, m})
+}
+
+// routedModel returns the model routed resolved for this request when the
+// request named id (a peer's request, which arrives without it, or a body
+// naming another id resolves again).
+func routedModel(ctx context.Context, id string) (Model, bool) {
+	v, ok := ctx.Value(routedKey{}).(routedResolution)
+	if !ok || v.named != id {
+		return Model{}, false
+	}
+	return v.model, true
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -111,5 +112,22 @@ func TestPeekRouteStream(t *testing.T) {
 		if _, got, _ := peekRoute([]byte(body)); got != want {
 			t.Errorf("%s: stream %v, want %v", body, got, want)
 		}
+	}
+}
+
+// TestRoutedModelOnlyForTheSameID: the handler reuses the model routed
+// resolved only when its body names the id routed saw; any other id, or
+// a request that did not pass routed (a peer's), resolves again.
+func TestRoutedModelOnlyForTheSameID(t *testing.T) {
+	m := Model{ID: "onnx/tiny-bert/test-128", WireID: "tiny-bert:test-128"}
+	ctx := withRouted(context.Background(), "tiny-bert:test-128", m)
+	if got, ok := routedModel(ctx, "tiny-bert:test-128"); !ok || got.ID != m.ID {
+		t.Fatalf("same id: got %+v, %v", got, ok)
+	}
+	if _, ok := routedModel(ctx, "onnx/other/x"); ok {
+		t.Fatal("another id took the routed model")
+	}
+	if _, ok := routedModel(context.Background(), "tiny-bert:test-128"); ok {
+		t.Fatal("a request that did not pass routed took a model")
 	}
 }

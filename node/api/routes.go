@@ -131,25 +131,25 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		default:
 			model, stream, _ = peekRoute(body)
 		}
-		if model != "" && s.opt.Backend.Blocked(model) {
+		m, verdict := s.opt.Backend.Route(model, defaultTask)
+		switch verdict {
+		case VerdictBlocked:
 			WriteError(w, Errorf(http.StatusForbidden, TypePermission, CodeModelBlocked, "model",
 				fmt.Sprintf("The model '%s' is blocked by the pool policy.", model)))
 			return
-		}
-		if model == "" && defaultTask != "" {
-			// The default model of the task is never a blocked one.
-			model = s.opt.Backend.DefaultModel(defaultTask)
-		}
-		if (model != "" || defaultTask != "") && s.opt.Backend.DrainingOnly(model, defaultTask) {
+		case VerdictDraining:
 			// Every node that holds the model is draining (this one
 			// included): a retry elsewhere or later will find one.
 			WriteError(w, drainingError())
 			return
-		}
-		m, ok := s.opt.Backend.Model(model)
-		if model == "" || !ok {
+		case VerdictLocal:
 			h(w, r)
 			return
+		}
+		// The handler, when this node serves the request, takes the model
+		// resolved here instead of resolving it again.
+		if model != "" {
+			r = r.WithContext(withRouted(r.Context(), model, m))
 		}
 		markDeprecated(w, m)
 		sw := &statusWriter{ResponseWriter: w}
