@@ -26,6 +26,7 @@ import (
 	"github.com/infermesh/infermesh/mesh/transfer"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/dispatch"
+	"github.com/infermesh/infermesh/node/models"
 )
 
 // cluster holds the parts that make a node a member of the mesh: the
@@ -286,7 +287,7 @@ func (n *Node) startDispatch(c *cluster, s *clusterStart) error {
 			api.WriteError(w, e)
 		},
 		Clock: n.clock,
-	}, n.obs.trace.serve(n.gateLocal(n.api.LocalHandler()), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg); err != nil {
+	}, n.obs.trace.serve(n.admission.gateLocal(n.api.LocalHandler()), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg); err != nil {
 		return err
 	}
 	return n.obs.registerCluster(c)
@@ -455,20 +456,23 @@ func (s memberSource) Members() []consensus.Member {
 }
 
 // publishModels tells the mesh which models this node has and which are warm.
-func (n *Node) publishModels() {
-	c := n.cluster
+func (n *Node) publishModels() { publishModels(n.cluster, n.store, n.engines) }
+
+// publishModels gossips the installed (and provider) models of store and
+// engines, and which are warm, once the mesh runs.
+func publishModels(c *cluster, store *models.Store, e *engines) {
 	if c.mesh == nil {
 		return
 	}
 	var installed []string
 	info := map[string]mesh.ModelInfo{}
-	for _, m := range n.store.List() {
+	for _, m := range store.List() {
 		installed = append(installed, m.ID)
 		info[m.ID] = mesh.ModelInfo{WireID: m.WireID(), Task: m.Task, Created: m.Created, SizeBytes: m.TotalSize()}
 	}
-	up := n.publishUpstream(info)
+	up := e.publishUpstream(info)
 	c.mesh.SetModelInfo(info)
-	c.mesh.SetModels(append(installed, up...), append(n.engines.warmIDs(), up...))
+	c.mesh.SetModels(append(installed, up...), append(e.warmIDs(), up...))
 }
 
 // drainCluster announces the drain and waits for local and forwarded work.

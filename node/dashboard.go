@@ -36,7 +36,7 @@ func (n *Node) Dashboard() api.MeshView {
 		sort.Slice(v.Workers, func(i, j int) bool { return v.Workers[i].ID < v.Workers[j].ID })
 	}
 	if c.raft != nil {
-		st, err := n.RaftPeers()
+		st, err := n.governance.RaftPeers()
 		v.Raft = api.RaftView{Leader: c.raft.Leader(), IsLeader: c.raft.IsLeader(), AppliedIndex: c.raft.State().AppliedIndex(), Servers: st.Peers}
 		if err != nil {
 			v.Raft.Error = err.Error()

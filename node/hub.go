@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"sort"
@@ -17,11 +18,33 @@ import (
 	"github.com/infermesh/infermesh/node/models"
 )
 
-// This file makes *Node the api.ModelHub: catalogue, pulls (from peers
-// first, then the outside source), provenance and operator removal.
+// hubDeps are what the api.ModelHub needs: the store, catalogue and
+// engines, the backend (a pull key may name a mesh model) and the cluster
+// (holders, replicated policy, transfer client) once Start built it.
+type hubDeps struct {
+	nodeID  string
+	store   *models.Store
+	catalog *models.Catalog
+	engines *engines
+	backend *backend
+	cluster *cluster
+	log     *slog.Logger
+}
+
+// hub is the api.ModelHub: catalogue, pulls (from peers first, then the
+// outside source), provenance and operator removal. Its puller is set
+// right after the hub, whose pullPeers and pulledInstalled it calls.
+type hub struct {
+	hubDeps
+	puller *models.Puller
+}
+
+func newHub(d hubDeps) *hub { return &hub{hubDeps: d} }
+
+var _ api.ModelHub = (*hub)(nil)
 
 // Catalog lists the catalogue with this node's state of each model.
-func (n *Node) Catalog() []api.CatalogEntry {
+func (n *hub) Catalog() []api.CatalogEntry {
 	holders := n.modelHolders()
 	entries := n.catalog.Entries()
 	out := make([]api.CatalogEntry, 0, len(entries))
@@ -50,10 +73,10 @@ func nonNil(s []string) []string {
 
 // modelHolders maps each model id to the routable nodes that have it
 // installed (this node included), sorted.
-func (n *Node) modelHolders() map[string][]string {
+func (n *hub) modelHolders() map[string][]string {
 	out := map[string][]string{}
 	for _, m := range n.store.List() {
-		out[m.ID] = append(out[m.ID], n.cfg.NodeID)
+		out[m.ID] = append(out[m.ID], n.nodeID)
 	}
 	if n.cluster.mesh == nil {
 		return out
@@ -73,7 +96,7 @@ func (n *Node) modelHolders() map[string][]string {
 }
 
 // RefreshCatalog reloads every catalogue source.
-func (n *Node) RefreshCatalog(ctx context.Context) (api.CatalogRefresh, error) {
+func (n *hub) RefreshCatalog(ctx context.Context) (api.CatalogRefresh, error) {
 	ch, err := n.catalog.Refresh(ctx)
 	if err != nil {
 		return api.CatalogRefresh{}, err
@@ -84,7 +107,7 @@ func (n *Node) RefreshCatalog(ctx context.Context) (api.CatalogRefresh, error) {
 
 // Provenance returns the model card registered for id: the installed
 // model's own, else the catalogue entry's.
-func (n *Node) Provenance(id string) (api.ModelCard, bool) {
+func (n *hub) Provenance(id string) (api.ModelCard, bool) {
 	var card *models.Card
 	key := id
 	if m, err := n.store.Get(id); err == nil {
@@ -106,7 +129,7 @@ func (n *Node) Provenance(id string) (api.ModelCard, bool) {
 }
 
 // PullAllowed applies the replicated governance mode and model lifecycle.
-func (n *Node) PullAllowed(key string) *api.APIError {
+func (n *hub) PullAllowed(key string) *api.APIError {
 	if n.cluster.raft == nil {
 		return nil
 	}
@@ -129,7 +152,7 @@ func (n *Node) PullAllowed(key string) *api.APIError {
 }
 
 // Pull starts or joins a pull on this node.
-func (n *Node) Pull(key string) (api.PullJob, error) {
+func (n *hub) Pull(key string) (api.PullJob, error) {
 	j, err := n.puller.Pull(key)
 	if errors.Is(err, models.ErrUnknownModel) {
 		return nil, fmt.Errorf("the model '%s' is not in the catalogue and no node of the mesh has it: %w", key, api.ErrModelNotFound)
@@ -177,7 +200,7 @@ func pullEvent(e models.Event) api.PullEvent {
 }
 
 // RemoveModel unloads and uninstalls a model from this node.
-func (n *Node) RemoveModel(id string) error {
+func (n *hub) RemoveModel(id string) error {
 	m, err := n.store.Get(id)
 	if err != nil {
 		return errNotFound(id)
@@ -187,20 +210,20 @@ func (n *Node) RemoveModel(id string) error {
 		return err
 	}
 	n.log.Info("model removed by the operator", "id", m.ID)
-	n.publishModels()
+	publishModels(n.cluster, n.store, n.engines)
 	return nil
 }
 
 // pulledInstalled warms a model a pull installed and gossips it.
-func (n *Node) pulledInstalled(m *models.Manifest) error {
-	defer n.publishModels()
+func (n *hub) pulledInstalled(m *models.Manifest) error {
+	defer publishModels(n.cluster, n.store, n.engines)
 	_, err := n.engines.load(m)
 	return err
 }
 
 // pullPeers lists the routable peers that have a model installed, least
 // loaded first, as pull sources.
-func (n *Node) pullPeers(model string) []models.PeerSource {
+func (n *hub) pullPeers(model string) []models.PeerSource {
 	c := n.cluster
 	if c.mesh == nil || c.xferCli == nil {
 		return nil

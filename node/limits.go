@@ -131,13 +131,13 @@ func (n *Node) newImageGate() *api.ImageGate {
 // request's X-Service-Priority. A refusal is 503 with Retry-After, which
 // dispatch treats like any busy node: the request moves on to the next
 // holder while nothing has reached the client.
-func (n *Node) gateLocal(h http.Handler) http.Handler {
+func (n *admission) gateLocal(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n.admission.gate == nil || !limits.Gated(auth.Classify(r.Method, r.URL.Path)) {
+		if n.gate == nil || !limits.Gated(auth.Classify(r.Method, r.URL.Path)) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		release, d := n.admission.gate.Acquire(r.Context(), limits.ParsePriority(r.Header.Get(limits.PriorityHeader)))
+		release, d := n.gate.Acquire(r.Context(), limits.ParsePriority(r.Header.Get(limits.PriorityHeader)))
 		if d != nil {
 			api.WriteError(w, denialError(d))
 			return

@@ -50,6 +50,8 @@ type Node struct {
 	backend    *backend
 	admission  *admission
 	dispatcher *dispatcher
+	governance *governance
+	hub        *hub
 	imageGate  *api.ImageGate // image jobs at once and waiting
 	fatalCh    chan error
 	fatalOne   sync.Once
@@ -121,35 +123,39 @@ func New(cfg Config) (*Node, error) {
 			n.log.Warn("catalogue source not loaded", "source", st.Source, "err", st.Error)
 		}
 	}
-	n.puller = models.NewPuller(models.PullConfig{
-		Store: store, Catalog: n.catalog, Peers: n.pullPeers, Installed: n.pulledInstalled,
-		StallTimeout: cfg.PullStallTimeout, Logger: n.log, Clock: n.clock,
-	})
-	trusted, _ := api.ParseCIDRs(cfg.TrustedProxies) // checked by Validate
-	auditExport, auditKeys := n.auditHandlers()
-	if n.obs, err = newObserver(n); err != nil {
-		return nil, err
-	}
 	n.backend = newBackend(backendDeps{
 		nodeID: cfg.NodeID, version: cfg.Version, engine: cfg.Engine, clock: n.clock,
 		store: store, engines: n.engines, imageGate: n.imageGate, cluster: n.cluster,
 		draining: &n.draining, started: &n.started,
 	})
+	n.hub = newHub(hubDeps{nodeID: cfg.NodeID, store: store, catalog: n.catalog, engines: n.engines,
+		backend: n.backend, cluster: n.cluster, log: n.log})
+	n.puller = models.NewPuller(models.PullConfig{
+		Store: store, Catalog: n.catalog, Peers: n.hub.pullPeers, Installed: n.hub.pulledInstalled,
+		StallTimeout: cfg.PullStallTimeout, Logger: n.log, Clock: n.clock,
+	})
+	n.hub.puller = n.puller
+	trusted, _ := api.ParseCIDRs(cfg.TrustedProxies) // checked by Validate
+	auditExport, auditKeys := n.auditHandlers()
+	if n.obs, err = newObserver(n); err != nil {
+		return nil, err
+	}
 	n.admission = newAdmission(admissionDeps{
 		nodeID: cfg.NodeID, listen: cfg.Listen, trustProxy: cfg.TrustProxy, legacyAllowPull: cfg.Legacy.AllowPull,
 		limits: cfg.Limits, inflightCap: cfg.InflightCap, fastTimers: cfg.FastTimers,
 		cluster: n.cluster, obs: n.obs, audit: n.audit, log: n.log, reg: n.reg, clock: n.clock,
 	})
 	n.dispatcher = &dispatcher{cluster: n.cluster, log: n.log}
+	n.governance = newGovernance(governanceDeps{nodeID: cfg.NodeID, cluster: n.cluster, log: n.log})
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.batchEmbedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:        n.backend,
 		Dispatcher:     n.dispatcher,
-		Governance:     n,
+		Governance:     n.governance,
 		Admission:      n.admission,
 		MeshView:       n,
 		Batches:        n.batches,
-		Hub:            n,
+		Hub:            n.hub,
 		Logger:         n.log,
 		Registry:       n.reg,
 		Clock:          n.clock,

@@ -54,11 +54,11 @@ func policyFromConsensus(p consensus.Policy) api.Policy {
 }
 
 // Policy returns the replicated pool policy.
-func (n *Node) Policy() api.Policy { return policyFromConsensus(n.cluster.raft.State().Policy()) }
+func (n *governance) Policy() api.Policy { return policyFromConsensus(n.cluster.raft.State().Policy()) }
 
 // SetPolicy replaces the pool policy through raft, after checking the
 // whole document; it returns once this node has applied the new policy.
-func (n *Node) SetPolicy(ctx context.Context, d api.Policy) (api.Policy, error) {
+func (n *governance) SetPolicy(ctx context.Context, d api.Policy) (api.Policy, error) {
 	if e := validatePolicy(d); e != nil {
 		return api.Policy{}, e
 	}

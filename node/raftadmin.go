@@ -15,7 +15,7 @@ import (
 // RaftPeers lists the raft configuration as this node knows it (the admin
 // route behind `infermesh raft peers`); it answers even without a leader,
 // which is when an operator needs it most.
-func (n *Node) RaftPeers() (api.RaftStatus, error) {
+func (n *governance) RaftPeers() (api.RaftStatus, error) {
 	c := n.cluster
 	if c.raft == nil {
 		return api.RaftStatus{}, errors.New("raft is not running on this node")
@@ -24,7 +24,7 @@ func (n *Node) RaftPeers() (api.RaftStatus, error) {
 	if err != nil {
 		return api.RaftStatus{}, err
 	}
-	st := api.RaftStatus{Node: n.cfg.NodeID, Leader: c.raft.Leader()}
+	st := api.RaftStatus{Node: n.nodeID, Leader: c.raft.Leader()}
 	for _, s := range servers {
 		suffrage := "nonvoter"
 		if s.Voter {
@@ -37,7 +37,7 @@ func (n *Node) RaftPeers() (api.RaftStatus, error) {
 
 // RemoveRaftPeer removes server id from the raft configuration through the
 // leader (`infermesh raft remove-peer`).
-func (n *Node) RemoveRaftPeer(ctx context.Context, id string) error {
+func (n *governance) RemoveRaftPeer(ctx context.Context, id string) error {
 	c := n.cluster
 	if c.raft == nil {
 		return errors.New("raft is not running on this node")

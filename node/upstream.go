@@ -44,9 +44,9 @@ func (e *engines) upstreamModels() []api.Model {
 
 // publishUpstream adds the provider models to the gossiped model info and
 // returns their ids (installed and warm).
-func (n *Node) publishUpstream(info map[string]mesh.ModelInfo) []string {
+func (e *engines) publishUpstream(info map[string]mesh.ModelInfo) []string {
 	var ids []string
-	for _, m := range n.engines.upstream.Models() {
+	for _, m := range e.upstream.Models() {
 		info[m.ID] = mesh.ModelInfo{WireID: m.WireID, Task: string(m.Task), Created: m.Created}
 		ids = append(ids, m.ID)
 	}
