@@ -141,10 +141,14 @@ func modelOf(probe map[string]json.RawMessage) (string, error) {
 	return s, nil
 }
 
-// decodeRequest reads a body of at most limit bytes and parses it; on
-// failure it has already written the error.
+// decodeRequest reads a body of at most limit bytes and parses it, or
+// takes the request routed already decoded for this node; on failure it
+// has already written the error.
 func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, parse func([]byte) (T, error)) (T, bool) {
 	var zero T
+	if v, ok := routedParsed(r.Context()).(T); ok {
+		return v, true // routed decoded this body already
+	}
 	body, err := readBody(r, limit)
 	if err != nil {
 		writeErr(w, err)
@@ -192,16 +196,24 @@ func (s *Server) meshModel(w http.ResponseWriter, r *http.Request, id string) (M
 // routedKey is the context key of the model routed resolved.
 type routedKey struct{}
 
-// routed is the model a request named and what routed resolved it to.
+// routedResolution is the model a request named, what routed resolved it
+// to, and the request routed decoded (nil when it only peeked).
 type routedResolution struct {
-	named string
-	model Model
+	named  string
+	model  Model
+	parsed any
 }
 
 // withRouted records in ctx that the request's model named was resolved
-// to m on this node.
-func withRouted(ctx context.Context, named string, m Model) context.Context {
-	return context.WithValue(ctx, routedKey{}, routedResolution{named, m})
+// to m on this node, and its body decoded to parsed (nil: not decoded).
+func withRouted(ctx context.Context, named string, m Model, parsed any) context.Context {
+	return context.WithValue(ctx, routedKey{}, routedResolution{named, m, parsed})
+}
+
+// routedParsed is the request routed decoded, or nil.
+func routedParsed(ctx context.Context) any {
+	v, _ := ctx.Value(routedKey{}).(routedResolution)
+	return v.parsed
 }
 
 // routedModel returns the model routed resolved for this request when the
