@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/dispatch"
@@ -26,7 +27,7 @@ func micros(v float64) int64 { return int64(math.Round(v * microsPerUnit)) }
 func policyToConsensus(d api.Policy) consensus.Policy {
 	p := consensus.Policy{Strategy: d.Strategy, Governance: d.Governance, Plan: d.Plan, FirstPartyApps: d.FirstPartyApps}
 	for id, w := range d.Workers {
-		p.Nodes = append(p.Nodes, consensus.NodePolicy{NodeID: id, Weight: w.Weight, Canary: w.Canary, CanaryPercent: w.CanaryPercent, InflightCap: w.InflightCap})
+		p.Nodes = append(p.Nodes, consensus.NodePolicy{NodeID: id, Node: w})
 	}
 	for id, m := range d.Models {
 		lc := m.Lifecycle
@@ -42,9 +43,9 @@ func policyToConsensus(d api.Policy) consensus.Policy {
 }
 
 func policyFromConsensus(p consensus.Policy) api.Policy {
-	d := api.Policy{Strategy: p.Strategy, Governance: p.Governance, Plan: p.Plan, FirstPartyApps: p.FirstPartyApps, Revision: p.Revision, Workers: map[string]api.WorkerPolicy{}, Models: map[string]api.ModelPolicy{}}
+	d := api.Policy{Strategy: p.Strategy, Governance: p.Governance, Plan: p.Plan, FirstPartyApps: p.FirstPartyApps, Revision: p.Revision, Workers: map[string]routing.Node{}, Models: map[string]api.ModelPolicy{}}
 	for _, n := range p.Nodes {
-		d.Workers[n.NodeID] = api.WorkerPolicy{Weight: n.Weight, Canary: n.Canary, CanaryPercent: n.CanaryPercent, InflightCap: n.InflightCap}
+		d.Workers[n.NodeID] = n.Node
 	}
 	for _, m := range p.Models {
 		d.Models[m.Model] = api.ModelPolicy{Lifecycle: m.Lifecycle, Replacement: m.Replacement, PerRequest: float64(m.Price.RequestMicros) / microsPerUnit,
@@ -201,9 +202,9 @@ func (r *replicatedPolicy) Policy() dispatch.Policy {
 		if err != nil {
 			s = r.fallback.Strategy
 		}
-		out := dispatch.Policy{Strategy: s, Nodes: map[string]dispatch.NodePolicy{}}
+		out := dispatch.Policy{Strategy: s, Nodes: map[string]routing.Node{}}
 		for _, np := range p.Nodes {
-			out.Nodes[np.NodeID] = dispatch.NodePolicy{Weight: int(np.Weight), Canary: np.Canary, CanaryPercent: int(np.CanaryPercent), MaxInFlight: int(np.InflightCap)}
+			out.Nodes[np.NodeID] = np.Node
 		}
 		r.rev, r.cached = p.Revision, out
 	}

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/infermesh/infermesh/consensus/routing"
+
 // Policy is the pool policy as operators write it: the body of
 // GET/PUT /v1/server/policy and the shape of <data-dir>/gateway.json.
 // The node checks it (strategy, governance, plan and model ids are its
@@ -20,26 +22,12 @@ type Policy struct {
 	FirstPartyApps []string `json:"first_party_apps,omitempty"`
 	// Workers holds routing settings by node id; they override what those
 	// nodes gossip about themselves.
-	Workers map[string]WorkerPolicy `json:"workers,omitempty"`
+	Workers map[string]routing.Node `json:"workers,omitempty"`
 	// Models holds lifecycle and prices by canonical model id.
 	Models map[string]ModelPolicy `json:"models,omitempty"`
 	// Revision is the raft index of the last policy change, 0 when none
 	// was made; the node sets it and ignores it in a written policy.
 	Revision uint64 `json:"revision,omitempty"`
-}
-
-// WorkerPolicy is one node's routing settings in a Policy.
-type WorkerPolicy struct {
-	// Weight is the node's weight for the weighted strategy; below 1
-	// counts as 1.
-	Weight int32 `json:"weight,omitempty"`
-	// Canary marks the node as a canary.
-	Canary bool `json:"canary,omitempty"`
-	// CanaryPercent is the share of callers (0..100) the canary receives.
-	CanaryPercent int32 `json:"canary_percent,omitempty"`
-	// InflightCap caps the node's in-flight requests; 0 keeps the node's
-	// own cap.
-	InflightCap int32 `json:"inflight_cap,omitempty"`
 }
 
 // ModelPolicy is one model's lifecycle and price in a Policy. Prices are in

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh/route"
 )
 
@@ -18,19 +19,7 @@ type Policy struct {
 	// Nodes holds per-node settings by node id. A node with an entry is
 	// routed with the entry's weight and canary settings (and its cap when
 	// set) instead of the ones it gossips.
-	Nodes map[string]NodePolicy `json:"nodes,omitempty"`
-}
-
-// NodePolicy is the policy for one node.
-type NodePolicy struct {
-	// Weight for the weighted strategy; below 1 counts as 1.
-	Weight int `json:"weight,omitempty"`
-	// Canary marks the node as a canary.
-	Canary bool `json:"canary,omitempty"`
-	// CanaryPercent is the share of callers (0-100) the canary receives.
-	CanaryPercent int `json:"canary_percent,omitempty"`
-	// MaxInFlight caps the node's in-flight requests; 0 keeps the node's own.
-	MaxInFlight int `json:"max_in_flight,omitempty"`
+	Nodes map[string]routing.Node `json:"nodes,omitempty"`
 }
 
 // Validate checks the policy's values.
@@ -44,8 +33,8 @@ func (p Policy) Validate() error {
 		if n.CanaryPercent < 0 || n.CanaryPercent > 100 {
 			return fmt.Errorf("dispatch: policy for %s: canary_percent %d is outside 0-100", id, n.CanaryPercent)
 		}
-		if n.Weight < 0 || n.MaxInFlight < 0 {
-			return fmt.Errorf("dispatch: policy for %s: negative weight or max_in_flight", id)
+		if n.Weight < 0 || n.InflightCap < 0 {
+			return fmt.Errorf("dispatch: policy for %s: negative weight or inflight_cap", id)
 		}
 	}
 	return nil
@@ -95,7 +84,7 @@ func (s *StaticPolicy) Set(p Policy) error {
 // ParsePolicy reads a policy from JSON, for example:
 //
 //	{"strategy": "weighted",
-//	 "nodes": {"n1": {"weight": 3}, "n2": {"weight": 1, "canary": true, "canary_percent": 10, "max_in_flight": 8}}}
+//	 "nodes": {"n1": {"weight": 3}, "n2": {"weight": 1, "canary": true, "canary_percent": 10, "inflight_cap": 8}}}
 //
 // Unknown fields are errors.
 func ParsePolicy(data []byte) (Policy, error) {

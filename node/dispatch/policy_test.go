@@ -7,16 +7,17 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/dispatch"
 )
 
 func TestParsePolicy(t *testing.T) {
-	p, err := dispatch.ParsePolicy([]byte(`{"strategy":"weighted","nodes":{"n1":{"weight":3},"n2":{"canary":true,"canary_percent":10,"max_in_flight":8}}}`))
+	p, err := dispatch.ParsePolicy([]byte(`{"strategy":"weighted","nodes":{"n1":{"weight":3},"n2":{"canary":true,"canary_percent":10,"inflight_cap":8}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Strategy != route.Weighted || p.Nodes["n1"].Weight != 3 || !p.Nodes["n2"].Canary || p.Nodes["n2"].CanaryPercent != 10 || p.Nodes["n2"].MaxInFlight != 8 {
+	if p.Strategy != route.Weighted || p.Nodes["n1"].Weight != 3 || !p.Nodes["n2"].Canary || p.Nodes["n2"].CanaryPercent != 10 || p.Nodes["n2"].InflightCap != 8 {
 		t.Fatalf("parsed %+v", p)
 	}
 	for _, bad := range []string{
@@ -52,7 +53,7 @@ func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
 	c := start(t, spec{
 		ids:    three,
 		models: map[string][]string{"n2": {"m"}, "n3": {"m"}},
-		policy: dispatch.Policy{Strategy: route.Weighted, Nodes: map[string]dispatch.NodePolicy{"n2": {Weight: 3}, "n3": {Weight: 1}}},
+		policy: dispatch.Policy{Strategy: route.Weighted, Nodes: map[string]routing.Node{"n2": {Weight: 3}, "n3": {Weight: 1}}},
 		engine: echo,
 	})
 	const n = 800
@@ -69,7 +70,7 @@ func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
 	c2 := start(t, spec{
 		ids:    three,
 		models: map[string][]string{"n1": {"m"}, "n2": {"m"}, "n3": {"m"}},
-		policy: dispatch.Policy{Nodes: map[string]dispatch.NodePolicy{"n3": {Canary: true, CanaryPercent: 30}}},
+		policy: dispatch.Policy{Nodes: map[string]routing.Node{"n3": {Canary: true, CanaryPercent: 30}}},
 		engine: echo,
 	})
 	const callers = 300
