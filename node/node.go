@@ -52,6 +52,7 @@ type Node struct {
 	dispatcher *dispatcher
 	governance *governance
 	hub        *hub
+	meshView   *meshView
 	imageGate  *api.ImageGate // image jobs at once and waiting
 	fatalCh    chan error
 	fatalOne   sync.Once
@@ -147,13 +148,15 @@ func New(cfg Config) (*Node, error) {
 	})
 	n.dispatcher = &dispatcher{cluster: n.cluster, log: n.log}
 	n.governance = newGovernance(governanceDeps{nodeID: cfg.NodeID, cluster: n.cluster, log: n.log})
+	n.meshView = &meshView{meshViewDeps{listen: cfg.Listen, trustProxy: cfg.TrustProxy, clock: n.clock,
+		cluster: n.cluster, backend: n.backend, governance: n.governance}}
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.batchEmbedder, n.log, n.clock)
 	n.api = api.New(api.Options{
 		Backend:        n.backend,
 		Dispatcher:     n.dispatcher,
 		Governance:     n.governance,
 		Admission:      n.admission,
-		MeshView:       n,
+		MeshView:       n.meshView,
 		Batches:        n.batches,
 		Hub:            n.hub,
 		Logger:         n.log,
