@@ -7,12 +7,18 @@ GOFLAGS_LD := -ldflags "-X main.version=$(VERSION)"
 DATA ?= data
 export PATH := $(CACHE)/bin:$(PATH)
 
-.PHONY: all build run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short
+.PHONY: all build install run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short
 
 all: build
 
 build:
 	go build $(GOFLAGS_LD) -o $(BIN) ./cmd/infermesh
+
+# Copy the binary to $(PREFIX)/bin (default ~/.local/bin), so the README's
+# `infermesh ...` commands work from any folder.
+PREFIX ?= $(HOME)/.local
+install: build
+	install -D -m 0755 $(BIN) $(PREFIX)/bin/infermesh
 
 deps:
 	scripts/deps.sh
@@ -31,12 +37,14 @@ assets: deps
 	/usr/bin/python3 testdata/models/gen_tiny_sd.py $(CACHE)/models
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
-# models installed into ./data.
+# models installed into ./data; RUN_FLAGS adds serve flags
+# (make run RUN_FLAGS=--legacy-listen).
+RUN_FLAGS ?=
 run: build assets
 	@for m in isnet tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
-	$(BIN) serve --data-dir $(DATA)
+	$(BIN) serve --data-dir $(DATA) $(RUN_FLAGS)
 
 # Packages whose tests run in one process (no child binaries, no chaos
 # harness); these also run under the race detector.
@@ -90,13 +98,15 @@ chaos-plain: build assets
 chaos-short: build assets
 	INFERMESH_CHAOS_BIN=$(CURDIR)/$(BIN) go test -count=1 -run TestChaosShort -v ./chaos
 
-# gofmt, go vet, staticcheck, buf lint, buf breaking against main, and a
-# check that the generated protobuf code is what buf generates now.
+# gofmt, go vet, staticcheck, the dead-code check (scripts/deadcode.sh),
+# buf lint, buf breaking against main, and a check that the generated
+# protobuf code is what buf generates now.
 lint: tools
 	@for f in .ci/run scripts/*.sh; do bash -n $$f || { echo "shell syntax: $$f"; exit 1; }; done
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 	staticcheck ./...
+	scripts/deadcode.sh
 	buf lint
 	@if git rev-parse --verify -q main >/dev/null && [ "$$(git rev-parse HEAD)" != "$$(git rev-parse main)" ]; then buf breaking --against '.git#branch=main'; else echo "buf breaking: HEAD is main, nothing to compare"; fi
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && buf generate -o $$tmp && diff -r $$tmp/proto/gen proto/gen >/dev/null || { echo "proto/gen is stale: run make proto"; exit 1; }
@@ -105,6 +115,7 @@ lint: tools
 # versions through the Go module proxy.
 tools:
 	@command -v staticcheck >/dev/null || GOBIN=$(CACHE)/bin go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	@command -v deadcode >/dev/null || GOBIN=$(CACHE)/bin go install golang.org/x/tools/cmd/deadcode@v0.40.0
 	@command -v buf >/dev/null || GOBIN=$(CACHE)/bin go install github.com/bufbuild/buf/cmd/buf@v1.75.0
 	@command -v protoc-gen-go >/dev/null || GOBIN=$(CACHE)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	@command -v protoc-gen-connect-go >/dev/null || GOBIN=$(CACHE)/bin go install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1

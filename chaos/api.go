@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // This file is the harness's view of the node HTTP API beyond the OpenAI
@@ -113,7 +115,7 @@ func (e *StatusError) Error() string {
 // AuthRefused reports an answer that refused the caller's key (401, 403, or
 // the wrong-key throttle's 429): asking again soon only makes it worse.
 func (e *StatusError) AuthRefused() bool {
-	return e.Status == 401 || e.Status == 403 || e.Code == "too_many_failed_auth"
+	return e.Status == 401 || e.Status == 403 || e.Code == apierr.CodeTooManyFailedAuth
 }
 
 // NewControlClient returns the HTTP client for the harness's own calls

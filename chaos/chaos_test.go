@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -119,4 +120,22 @@ func buildBinary(t *testing.T) string {
 		t.Fatalf("build infermesh: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// CheckNamespaces starts `true` the way Reexec starts its child and reports
+// why that failed (no permission to make namespaces, e.g. in a container
+// without CAP_SYS_ADMIN or with unprivileged user namespaces disabled), or
+// nil when it works.
+func CheckNamespaces(ctx context.Context) error {
+	tru, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("find true: %w", err)
+	}
+	mode, attr := namespaceAttr()
+	cmd := exec.CommandContext(ctx, tru)
+	cmd.SysProcAttr = attr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("cannot create a network namespace (%s mode): %w", mode, err)
+	}
+	return nil
 }

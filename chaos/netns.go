@@ -106,24 +106,6 @@ func namespaceAttr() (NamespaceMode, *syscall.SysProcAttr) {
 	return ModeUser, attr
 }
 
-// CheckNamespaces starts `true` the way Reexec starts its child and reports
-// why that failed (no permission to make namespaces, e.g. in a container
-// without CAP_SYS_ADMIN or with unprivileged user namespaces disabled), or
-// nil when it works.
-func CheckNamespaces(ctx context.Context) error {
-	tru, err := exec.LookPath("true")
-	if err != nil {
-		return fmt.Errorf("find true: %w", err)
-	}
-	mode, attr := namespaceAttr()
-	cmd := exec.CommandContext(ctx, tru)
-	cmd.SysProcAttr = attr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("cannot create a network namespace (%s mode): %w", mode, err)
-	}
-	return nil
-}
-
 // Namespace is the private network namespace this process runs in.
 type Namespace struct {
 	// Mode is how it was made.

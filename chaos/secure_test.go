@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/infermesh/infermesh/consensus/rpcmux"
+	"github.com/infermesh/infermesh/mesh/forward"
 )
 
 // serveTLS serves h with TLS from cert/key on a loopback port.
@@ -98,7 +99,9 @@ func TestSecurityIssuesWorkingCertificatesAndChecksPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	go m.Serve()
-	hs := rpcmux.NewServer(ok)
+	// The RPC server as the node builds it (node/cluster.go).
+	hs := forward.NewHTTPServer(ok, nil)
+	hs.Protocols.SetHTTP2(true)
 	go hs.Serve(m.HTTP())
 	t.Cleanup(func() { hs.Close(); m.Close() })
 	rpc := m.Addr().String()

@@ -3,6 +3,7 @@ package consensus_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,9 +38,12 @@ func must[T any](v T, err error) T {
 	return v
 }
 
+// keyHash is the SHA-256 of a plaintext key, as node/auth.HashKey.
+func keyHash(plaintext string) consensus.KeyHash { return sha256.Sum256([]byte(plaintext)) }
+
 func createKey(plaintext string, daily int64) *consensus.Command {
 	return must(consensus.CreateKey(consensus.KeySpec{
-		Hash: consensus.HashKey(plaintext), Name: "test key", App: "app",
+		Hash: keyHash(plaintext), Name: "test key", App: "app",
 		Endpoints: []string{"chat"}, Limits: consensus.Limits{DailyQuota: daily},
 	}))
 }
@@ -62,12 +66,12 @@ func TestClusterBootstrapJoinAndReplicate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("apply through follower %s: %v", f.ID, err)
 	}
-	if res.Key == nil || res.Key.Hash != consensus.HashKey("sk-through-follower") || res.Index == 0 {
+	if res.Key == nil || res.Key.Hash != keyHash("sk-through-follower") || res.Index == 0 {
 		t.Fatalf("result %+v", res)
 	}
 	c.Converged()
 	for _, p := range c.Running() {
-		k, ok := p.Node.State().KeyByHash(consensus.HashKey("sk-through-follower"))
+		k, ok := p.Node.State().KeyByHash(keyHash("sk-through-follower"))
 		if !ok || k.ID != res.Key.ID {
 			t.Fatalf("%s does not have the key", p.ID)
 		}
@@ -101,7 +105,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 		t.Fatal("the killed node still leads")
 	}
 	for _, p := range c.Running() {
-		if _, ok := p.Node.State().KeyByHash(consensus.HashKey("sk-before")); !ok {
+		if _, ok := p.Node.State().KeyByHash(keyHash("sk-before")); !ok {
 			t.Fatalf("%s lost the key written before the failover", p.ID)
 		}
 	}
@@ -162,7 +166,7 @@ func TestClusterRestartRecoversStateAndRejoins(t *testing.T) {
 	if after == digest {
 		t.Fatal("the write made while the node was down is missing")
 	}
-	if _, ok := back.Node.State().KeyByHash(consensus.HashKey("sk-while-down")); !ok {
+	if _, ok := back.Node.State().KeyByHash(keyHash("sk-while-down")); !ok {
 		t.Fatal("restarted node did not catch up")
 	}
 	// It rejoined as the same voter, found by id at its new address.
@@ -188,7 +192,7 @@ func TestSingleNodeRestartRecoversFromDisk(t *testing.T) {
 	c.Start(1)
 	p := c.Peer("n1")
 	c.Apply(p, createKey("sk-1", 5))
-	c.Apply(p, must(consensus.SetNodePolicy(consensus.NodePolicy{NodeID: "n1", Node: routing.Node{Weight: 3}})))
+	c.Apply(p, must(consensus.SetPolicy(consensus.Policy{Nodes: []consensus.NodePolicy{{NodeID: "n1", Node: routing.Node{Weight: 3}}}}, false)))
 	if err := p.Node.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +448,7 @@ func TestPlaintextKeysNeverReachDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, key := range plain {
-			hash := consensus.HashKey(key)
+			hash := keyHash(key)
 			hashSeen := false
 			for _, path := range files {
 				b, err := os.ReadFile(path)

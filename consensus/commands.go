@@ -56,11 +56,11 @@ func checkLimits(l Limits) error {
 	return nil
 }
 
-// KeySpec describes a key to create. Hash is HashKey of the plaintext the
-// caller generated and shows the user once.
+// KeySpec describes a key to create. Hash is the SHA-256 of the plaintext
+// the caller generated and shows the user once (node/auth.HashKey).
 type KeySpec struct {
 	ID        string    // optional; derived from Hash when empty
-	Hash      KeyHash   // HashKey of the plaintext
+	Hash      KeyHash   // SHA-256 of the plaintext
 	Name      string    // human-readable name, required
 	App       string    // application the key belongs to
 	Admin     bool      // may use the admin API
@@ -88,44 +88,6 @@ func CreateKey(s KeySpec) (*Command, error) {
 		KeyHash: s.Hash[:], Id: s.ID, Name: s.Name, App: s.App, Admin: s.Admin,
 		Endpoints: s.Endpoints, Limits: limitsToProto(s.Limits), ExpiresUnixNano: nanosFromTime(s.ExpiresAt),
 	})
-}
-
-// KeyChange lists the key fields to change; nil fields stay as they are.
-type KeyChange struct {
-	Name      *string    // new name
-	App       *string    // new application
-	Admin     *bool      // new admin flag
-	Endpoints *[]string  // new allowlist; empty allows everything
-	Limits    *Limits    // new limits, all three replaced
-	ExpiresAt *time.Time // pointer to the zero time removes the expiry
-}
-
-// UpdateKey builds a key update command.
-func UpdateKey(id string, c KeyChange) (*Command, error) {
-	if id == "" {
-		return nil, errors.New("consensus: key id is required")
-	}
-	u := &pb.KeyUpdate{Id: id, Name: c.Name, App: c.App, Admin: c.Admin}
-	if c.Name != nil && *c.Name == "" {
-		return nil, errors.New("consensus: key name cannot be empty")
-	}
-	if c.Endpoints != nil {
-		if err := checkEndpoints(*c.Endpoints); err != nil {
-			return nil, err
-		}
-		u.SetEndpoints, u.Endpoints = true, *c.Endpoints
-	}
-	if c.Limits != nil {
-		if err := checkLimits(*c.Limits); err != nil {
-			return nil, err
-		}
-		u.Limits = limitsToProto(*c.Limits)
-	}
-	if c.ExpiresAt != nil {
-		n := nanosFromTime(*c.ExpiresAt)
-		u.ExpiresUnixNano = &n
-	}
-	return newCommand(pb.CommandType_COMMAND_TYPE_KEY_UPDATE, u)
 }
 
 // RevokeKey builds a key revocation command. Revocation also drops the
@@ -272,38 +234,6 @@ func UpdatePolicy(c PolicyChange) (*Command, error) {
 		u.FirstPartyApps, u.SetFirstPartyApps = *c.FirstPartyApps, true
 	}
 	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_UPDATE, u)
-}
-
-// SetNodePolicy builds a command setting one node's routing settings.
-func SetNodePolicy(np NodePolicy) (*Command, error) {
-	if err := checkNodePolicy(np); err != nil {
-		return nil, err
-	}
-	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_NODE_SET, &pb.PolicyNodeSet{Node: policyToProto(Policy{Nodes: []NodePolicy{np}}).Nodes[0]})
-}
-
-// RemoveNodePolicy builds a command removing one node's routing settings.
-func RemoveNodePolicy(nodeID string) (*Command, error) {
-	if nodeID == "" {
-		return nil, errors.New("consensus: node id is required")
-	}
-	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_NODE_SET, &pb.PolicyNodeSet{Node: &pb.NodePolicy{NodeId: nodeID}, Remove: true})
-}
-
-// SetModelPolicy builds a command setting one model's lifecycle and price.
-func SetModelPolicy(mp ModelPolicy) (*Command, error) {
-	if err := checkModelPolicy(mp); err != nil {
-		return nil, err
-	}
-	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_MODEL_SET, &pb.PolicyModelSet{Model: modelPolicyToProto(mp)})
-}
-
-// RemoveModelPolicy builds a command removing one model's settings.
-func RemoveModelPolicy(model string) (*Command, error) {
-	if model == "" {
-		return nil, errors.New("consensus: model is required")
-	}
-	return newCommand(pb.CommandType_COMMAND_TYPE_POLICY_MODEL_SET, &pb.PolicyModelSet{Model: &pb.ModelPolicy{Model: model}, Remove: true})
 }
 
 // LeaseRequest asks for Want more of a key's limit in the current period,

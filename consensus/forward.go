@@ -118,10 +118,15 @@ var errLeaderChanged = errors.New("consensus: leader changed while the call was 
 // heartbeat timeout; this adds at most one poll to that.
 const leaderPoll = 20 * time.Millisecond
 
+// leaderGrace is how long a call whose leader changed may still answer
+// (a leader handing over on shutdown answers what it holds) before the
+// caller gives up on it.
+const leaderGrace = 250 * time.Millisecond
+
 // whileLeader returns a context that ends, with cause errLeaderChanged,
-// once this node stops naming leaderID as the leader (another leader was
-// elected, or this node's heartbeat timeout fired and it no longer knows
-// one). Without it a call to a leader cut off by a partition would wait
+// leaderGrace after this node stops naming leaderID as the leader
+// (another leader was elected, or this node's heartbeat timeout fired and
+// it no longer knows one). Without it a call to a leader cut off by a partition would wait
 // out its whole timeout, although raft has already given up on it. stop
 // releases the watch.
 func (n *Node) whileLeader(parent context.Context, leaderID string) (ctx context.Context, stop func()) {
@@ -138,7 +143,16 @@ func (n *Node) whileLeader(parent context.Context, leaderID string) (ctx context
 				return
 			case <-t.C:
 				if n.Leader() != leaderID {
-					cancel(errLeaderChanged)
+					// A leader that hands over on shutdown still answers
+					// the calls it holds: give the answer a moment.
+					g := time.NewTimer(leaderGrace)
+					defer g.Stop()
+					select {
+					case <-done:
+					case <-ctx.Done():
+					case <-g.C:
+						cancel(errLeaderChanged)
+					}
 					return
 				}
 			}
@@ -151,7 +165,7 @@ func (n *Node) whileLeader(parent context.Context, leaderID string) (ctx context
 }
 
 // Handler returns the ConsensusService path and handler, to be mounted on
-// the HTTP side of the internal RPC port (rpcmux.NewServer). Calls go
+// the HTTP side of the internal RPC port (node/cluster.go). Calls go
 // through Config.PeerAuth.Handler, which refuses unauthenticated ones with
 // UNAUTHENTICATED; without one, every call is refused.
 func (n *Node) Handler() (string, http.Handler) {
@@ -182,6 +196,12 @@ func (s *service) Apply(ctx context.Context, req *connect.Request[pb.ApplyReques
 	if err := checkCommand(cmd); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	if !s.n.serving.enter() {
+		// Shutting down: nothing appended, so the caller retries on the
+		// next leader instead of losing the call when this port closes.
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("shutting down"))
+	}
+	defer s.n.serving.leave()
 	if !s.n.IsLeader() {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not the leader"))
 	}
@@ -199,4 +219,48 @@ func (s *service) Apply(ctx context.Context, req *connect.Request[pb.ApplyReques
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return nil, connect.NewError(connect.CodeUnavailable, err)
+}
+
+// applyGate counts the forwarded commands this node is serving, so a
+// shutdown refuses new ones and lets those under way answer before the
+// RPC port closes (a cut connection leaves the caller not knowing
+// whether its write happened).
+type applyGate struct {
+	mu       sync.Mutex
+	stopping bool
+	active   sync.WaitGroup
+}
+
+// enter admits one call; false once the node is shutting down.
+func (g *applyGate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopping {
+		return false
+	}
+	g.active.Add(1)
+	return true
+}
+
+// leave ends a call enter admitted.
+func (g *applyGate) leave() { g.active.Done() }
+
+// refuse turns every later call away.
+func (g *applyGate) refuse() {
+	g.mu.Lock()
+	g.stopping = true
+	g.mu.Unlock()
+}
+
+// wait waits for the calls under way, or until ctx ends.
+func (g *applyGate) wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		g.active.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

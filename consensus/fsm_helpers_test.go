@@ -98,7 +98,7 @@ func randomCommands(seed uint64, n int) ([]*Command, []time.Time) {
 		case 0:
 			i := rng.IntN(6)
 			cmd, err = CreateKey(KeySpec{
-				ID: fmt.Sprintf("k%d", i), Hash: HashKey(fmt.Sprintf("sk-plain-%d", i)), Name: fmt.Sprintf("key %d", i),
+				ID: fmt.Sprintf("k%d", i), Hash: hashKey(fmt.Sprintf("sk-plain-%d", i)), Name: fmt.Sprintf("key %d", i),
 				App: fmt.Sprintf("app%d", rng.IntN(2)), Admin: rng.IntN(4) == 0,
 				Endpoints: []string{"vision", "chat", "embeddings"}[:rng.IntN(4)%3],
 				Limits:    Limits{RPM: int64(rng.IntN(100)), DailyQuota: int64(rng.IntN(50)), MonthlyBudgetMicros: int64(rng.IntN(1000))},
@@ -106,15 +106,15 @@ func randomCommands(seed uint64, n int) ([]*Command, []time.Time) {
 		case 1:
 			name := fmt.Sprintf("renamed-%d", rng.IntN(100))
 			lim := Limits{DailyQuota: int64(rng.IntN(60))}
-			cmd, err = UpdateKey(keyID(), KeyChange{Name: &name, Limits: &lim})
+			cmd, err = legacyKeyUpdate(&pb.KeyUpdate{Id: keyID(), Name: &name, Limits: limitsToProto(lim)})
 		case 2:
 			if rng.IntN(10) == 0 {
 				cmd, err = RevokeKey(keyID())
 			} else {
-				cmd, err = SetNodePolicy(NodePolicy{NodeID: nodes[rng.IntN(3)], Node: routing.Node{Weight: int32(rng.IntN(10)), Canary: rng.IntN(2) == 0, CanaryPercent: int32(rng.IntN(101)), InflightCap: int32(rng.IntN(64))}})
+				cmd, err = legacyNodePolicy(NodePolicy{NodeID: nodes[rng.IntN(3)], Node: routing.Node{Weight: int32(rng.IntN(10)), Canary: rng.IntN(2) == 0, CanaryPercent: int32(rng.IntN(101)), InflightCap: int32(rng.IntN(64))}}, false)
 			}
 		case 3:
-			cmd, err = SetModelPolicy(ModelPolicy{Model: models[rng.IntN(3)], Lifecycle: []string{"", LifecycleActive, LifecycleDeprecated, LifecycleBlocked}[rng.IntN(4)], Replacement: models[rng.IntN(3)], Price: Price{RequestMicros: int64(rng.IntN(10))}})
+			cmd, err = legacyModelPolicy(ModelPolicy{Model: models[rng.IntN(3)], Lifecycle: []string{"", LifecycleActive, LifecycleDeprecated, LifecycleBlocked}[rng.IntN(4)], Replacement: models[rng.IntN(3)], Price: Price{RequestMicros: int64(rng.IntN(10))}}, false)
 		case 4:
 			s := []string{"round-robin", "weighted", "sticky"}[rng.IntN(3)]
 			g := []string{GovernanceCurated, GovernanceFederated, GovernanceOpen}[rng.IntN(3)]

@@ -18,7 +18,7 @@ import (
 
 func TestKeys(t *testing.T) {
 	m := newMachine(t)
-	h := HashKey("sk-alpha")
+	h := hashKey("sk-alpha")
 	res := m.ok(must(CreateKey(KeySpec{Hash: h, Name: "alpha", App: "app1", Endpoints: []string{"vision", "chat", "vision"},
 		Limits: Limits{RPM: 60, DailyQuota: 100}, ExpiresAt: t0.Add(time.Hour)})), t0)
 	id := res.GetKey().GetId()
@@ -38,7 +38,7 @@ func TestKeys(t *testing.T) {
 	if !k.Active(t0) || k.Active(t0.Add(time.Hour)) {
 		t.Fatal("expiry not applied")
 	}
-	if _, ok := m.view().KeyByHash(HashKey("sk-other")); ok {
+	if _, ok := m.view().KeyByHash(hashKey("sk-other")); ok {
 		t.Fatal("unknown hash found")
 	}
 
@@ -50,19 +50,21 @@ func TestKeys(t *testing.T) {
 	if code := m.apply(must(CreateKey(KeySpec{ID: "other", Hash: h, Name: "dup"})), t0).GetRejectionCode(); code != codeConflict {
 		t.Fatalf("same hash under another id: code %q, want conflict", code)
 	}
-	if code := m.apply(must(CreateKey(KeySpec{ID: id, Hash: HashKey("sk-beta"), Name: "dup"})), t0).GetRejectionCode(); code != codeConflict {
+	if code := m.apply(must(CreateKey(KeySpec{ID: id, Hash: hashKey("sk-beta"), Name: "dup"})), t0).GetRejectionCode(); code != codeConflict {
 		t.Fatalf("same id: code %q, want conflict", code)
 	}
 
 	name, admin := "alpha2", true
 	eps := []string{"models"}
 	noExpiry := time.Time{}
-	m.ok(must(UpdateKey(id, KeyChange{Name: &name, Admin: &admin, Endpoints: &eps, ExpiresAt: &noExpiry})), t0)
+	// KeyUpdate is no longer issued, but an old log may hold one.
+	zero := nanosFromTime(noExpiry)
+	m.ok(must(legacyKeyUpdate(&pb.KeyUpdate{Id: id, Name: &name, Admin: &admin, SetEndpoints: true, Endpoints: eps, ExpiresUnixNano: &zero})), t0)
 	k, _ = m.view().Key(id)
 	if k.Name != "alpha2" || !k.Admin || !slices.Equal(k.Endpoints, eps) || !k.ExpiresAt.IsZero() || k.Limits.RPM != 60 {
 		t.Fatalf("after update: %+v", k)
 	}
-	if code := m.apply(must(UpdateKey("missing", KeyChange{Name: &name})), t0).GetRejectionCode(); code != codeNotFound {
+	if code := m.apply(must(legacyKeyUpdate(&pb.KeyUpdate{Id: "missing", Name: &name})), t0).GetRejectionCode(); code != codeNotFound {
 		t.Fatalf("update of a missing key: %q", code)
 	}
 
@@ -81,7 +83,7 @@ func TestKeys(t *testing.T) {
 
 func TestKeyViewIsACopy(t *testing.T) {
 	m := newMachine(t)
-	h := HashKey("sk-copy")
+	h := hashKey("sk-copy")
 	m.ok(must(CreateKey(KeySpec{Hash: h, Name: "copy", Endpoints: []string{"chat", "vision"}})), t0)
 	k, _ := m.view().KeyByHash(h)
 	k.Endpoints[0] = "pull"
@@ -126,8 +128,10 @@ func TestPolicy(t *testing.T) {
 
 	open := GovernanceOpen
 	m.ok(must(UpdatePolicy(PolicyChange{Governance: &open})), t0)
-	m.ok(must(RemoveNodePolicy("n2")), t0)
-	m.ok(must(SetModelPolicy(ModelPolicy{Model: "old", Price: Price{RequestMicros: 3, InputPerMillionMicros: 1_000_000}})), t0)
+	// PolicyNodeSet and PolicyModelSet are no longer issued, but an old
+	// log may hold them.
+	m.ok(must(legacyNodePolicy(NodePolicy{NodeID: "n2"}, true)), t0)
+	m.ok(must(legacyModelPolicy(ModelPolicy{Model: "old", Price: Price{RequestMicros: 3, InputPerMillionMicros: 1_000_000}}, false)), t0)
 	p = m.view().Policy()
 	if p.Strategy != "weighted" || p.Governance != GovernanceOpen || len(p.Nodes) != 1 {
 		t.Fatalf("policy after updates: %+v", p)
@@ -147,22 +151,22 @@ func TestBuildersRefuseBadValues(t *testing.T) {
 	bad := "Not A Name"
 	mode := "anarchy"
 	cases := map[string]error{
-		"key without hash":        second(CreateKey(KeySpec{Name: "x"})),
-		"key without name":        second(CreateKey(KeySpec{Hash: HashKey("x")})),
-		"bad endpoint":            second(CreateKey(KeySpec{Hash: HashKey("x"), Name: "x", Endpoints: []string{"Chat!"}})),
-		"negative quota":          second(CreateKey(KeySpec{Hash: HashKey("x"), Name: "x", Limits: Limits{DailyQuota: -1}})),
-		"bad strategy":            second(UpdatePolicy(PolicyChange{Strategy: &bad})),
-		"bad governance":          second(UpdatePolicy(PolicyChange{Governance: &mode})),
-		"canary percent":          second(SetNodePolicy(NodePolicy{NodeID: "n1", Node: routing.Node{CanaryPercent: 101}})),
-		"lifecycle":               second(SetModelPolicy(ModelPolicy{Model: "m", Lifecycle: "retired"})),
-		"duplicate node":          second(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "a"}, {NodeID: "a"}}}, false)),
-		"lease kind":              second(AcquireLease(LeaseRequest{NodeID: "n", KeyID: "k", Want: 1})),
-		"negative want":           second(AcquireLease(LeaseRequest{NodeID: "n", KeyID: "k", Kind: LeaseDailyRequests, Want: -1})),
-		"settlement w/o period":   second(SettleLeases("n", []Settlement{{KeyID: "k", Kind: LeaseDailyRequests}})),
-		"negative usage":          second(RecordUsage("n", 1, []UsageEntry{{Requests: -1}})),
-		"usage without node":      second(RecordUsage("", 1, nil)),
-		"revoke without id":       second(RevokeKey("")),
-		"remove model without id": second(RemoveModelPolicy("")),
+		"key without hash":      second(CreateKey(KeySpec{Name: "x"})),
+		"key without name":      second(CreateKey(KeySpec{Hash: hashKey("x")})),
+		"bad endpoint":          second(CreateKey(KeySpec{Hash: hashKey("x"), Name: "x", Endpoints: []string{"Chat!"}})),
+		"negative quota":        second(CreateKey(KeySpec{Hash: hashKey("x"), Name: "x", Limits: Limits{DailyQuota: -1}})),
+		"bad strategy":          second(UpdatePolicy(PolicyChange{Strategy: &bad})),
+		"bad governance":        second(UpdatePolicy(PolicyChange{Governance: &mode})),
+		"canary percent":        second(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "n1", Node: routing.Node{CanaryPercent: 101}}}}, false)),
+		"lifecycle":             second(SetPolicy(Policy{Models: []ModelPolicy{{Model: "m", Lifecycle: "retired"}}}, false)),
+		"duplicate node":        second(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "a"}, {NodeID: "a"}}}, false)),
+		"lease kind":            second(AcquireLease(LeaseRequest{NodeID: "n", KeyID: "k", Want: 1})),
+		"negative want":         second(AcquireLease(LeaseRequest{NodeID: "n", KeyID: "k", Kind: LeaseDailyRequests, Want: -1})),
+		"settlement w/o period": second(SettleLeases("n", []Settlement{{KeyID: "k", Kind: LeaseDailyRequests}})),
+		"negative usage":        second(RecordUsage("n", 1, []UsageEntry{{Requests: -1}})),
+		"usage without node":    second(RecordUsage("", 1, nil)),
+		"revoke without id":     second(RevokeKey("")),
+		"model without id":      second(SetPolicy(Policy{Models: []ModelPolicy{{}}}, false)),
 	}
 	for name, err := range cases {
 		if err == nil {
@@ -247,7 +251,7 @@ func TestUsage(t *testing.T) {
 
 func TestUnknownIgnorableCommandIsSkipped(t *testing.T) {
 	m := newMachine(t)
-	m.ok(must(CreateKey(KeySpec{Hash: HashKey("sk-1"), Name: "one"})), t0)
+	m.ok(must(CreateKey(KeySpec{Hash: hashKey("sk-1"), Name: "one"})), t0)
 	before := m.view().Digest()
 	out := m.applyRaw(entry(t, &Command{Type: pb.CommandType(900), Ignorable: true, Payload: []byte{1, 2, 3}}, t0))
 	if out.err != nil || !out.res.GetSkipped() || out.res.GetIndex() != m.index {
@@ -257,7 +261,7 @@ func TestUnknownIgnorableCommandIsSkipped(t *testing.T) {
 		t.Fatal("a skipped command changed the state or did not advance the applied index")
 	}
 	// The machine keeps applying afterwards.
-	m.ok(must(CreateKey(KeySpec{Hash: HashKey("sk-2"), Name: "two"})), t0)
+	m.ok(must(CreateKey(KeySpec{Hash: hashKey("sk-2"), Name: "two"})), t0)
 }
 
 func TestUnknownCommandHalts(t *testing.T) {
@@ -268,7 +272,7 @@ func TestUnknownCommandHalts(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := newMachine(t)
-			m.ok(must(CreateKey(KeySpec{Hash: HashKey("sk-1"), Name: "one"})), t0)
+			m.ok(must(CreateKey(KeySpec{Hash: hashKey("sk-1"), Name: "one"})), t0)
 			before, index := m.view().Digest(), m.view().AppliedIndex()
 			out := m.applyRaw(data)
 			if !errors.Is(out.err, ErrHalted) {
@@ -278,7 +282,7 @@ func TestUnknownCommandHalts(t *testing.T) {
 				t.Fatalf("OnFatal got %v", err)
 			}
 			// Nothing after the bad entry applies, so this replica cannot drift.
-			out = m.applyRaw(entry(t, must(CreateKey(KeySpec{Hash: HashKey("sk-2"), Name: "two"})), t0))
+			out = m.applyRaw(entry(t, must(CreateKey(KeySpec{Hash: hashKey("sk-2"), Name: "two"})), t0))
 			if !errors.Is(out.err, ErrHalted) {
 				t.Fatalf("entry after the halt: %+v", out)
 			}
@@ -319,8 +323,8 @@ func TestDigestSeesEveryTable(t *testing.T) {
 	base := newMachine(t)
 	d0 := base.view().Digest()
 	changes := map[string]*Command{
-		"key":    must(CreateKey(KeySpec{Hash: HashKey("sk"), Name: "k"})),
-		"policy": must(SetNodePolicy(NodePolicy{NodeID: "n1", Node: routing.Node{Weight: 1}})),
+		"key":    must(CreateKey(KeySpec{Hash: hashKey("sk"), Name: "k"})),
+		"policy": must(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "n1", Node: routing.Node{Weight: 1}}}}, false)),
 		"usage":  must(RecordUsage("n1", 0, []UsageEntry{{Requests: 1}})),
 	}
 	for name, cmd := range changes {
@@ -331,7 +335,7 @@ func TestDigestSeesEveryTable(t *testing.T) {
 		}
 	}
 	m := newMachine(t)
-	m.ok(must(CreateKey(KeySpec{ID: "k", Hash: HashKey("sk"), Name: "k", Limits: Limits{DailyQuota: 5}})), t0)
+	m.ok(must(CreateKey(KeySpec{ID: "k", Hash: hashKey("sk"), Name: "k", Limits: Limits{DailyQuota: 5}})), t0)
 	d1 := m.view().Digest()
 	m.ok(must(AcquireLease(LeaseRequest{NodeID: "n1", KeyID: "k", Kind: LeaseDailyRequests, Want: 1})), t0)
 	if m.view().Digest() == d1 {
@@ -381,7 +385,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	// Restore into a machine that already holds other state: the old state
 	// must be replaced, not merged.
 	b := newMachine(t)
-	b.ok(must(CreateKey(KeySpec{ID: "stale", Hash: HashKey("sk-stale"), Name: "stale"})), t0)
+	b.ok(must(CreateKey(KeySpec{ID: "stale", Hash: hashKey("sk-stale"), Name: "stale"})), t0)
 	if err := b.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +413,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 
 func TestRestoreRefusesBadSnapshotAndKeepsState(t *testing.T) {
 	m := newMachine(t)
-	m.ok(must(CreateKey(KeySpec{Hash: HashKey("sk-keep"), Name: "keep"})), t0)
+	m.ok(must(CreateKey(KeySpec{Hash: hashKey("sk-keep"), Name: "keep"})), t0)
 	before := m.view().Digest()
 	future := must(proto.Marshal(&pb.Snapshot{Format: 99}))
 	dup := must(proto.Marshal(&pb.Snapshot{Format: snapshotFormat, State: &pb.State{Keys: []*pb.ApiKey{
@@ -463,7 +467,7 @@ func TestPlanFreeAllowanceAndAuditKeys(t *testing.T) {
 	if _, err := SetPolicy(Policy{FirstPartyApps: []string{"Bad App"}}, false); err == nil {
 		t.Fatal("bad application name accepted")
 	}
-	if code := m.apply(must(CreateKey(KeySpec{ID: "plan:free", Hash: HashKey("sk-plan"), Name: "x"})), t0).GetRejectionCode(); code != codeInvalid {
+	if code := m.apply(must(CreateKey(KeySpec{ID: "plan:free", Hash: hashKey("sk-plan"), Name: "x"})), t0).GetRejectionCode(); code != codeInvalid {
 		t.Fatalf("key id plan:free: %q, want invalid", code)
 	}
 	// Audit keys replicate and survive a snapshot.
@@ -495,7 +499,7 @@ func TestPolicyEntriesOfAnOlderBuild(t *testing.T) {
 		cmd       *Command
 	}{
 		{"node", "080c188080a8b1e39fe7cb17220e0a0c0a026e3110051801200a2808",
-			must(SetNodePolicy(NodePolicy{NodeID: "n1", Node: routing.Node{Weight: 5, Canary: true, CanaryPercent: 10, InflightCap: 8}}))},
+			must(legacyNodePolicy(NodePolicy{NodeID: "n1", Node: routing.Node{Weight: 5, Canary: true, CanaryPercent: 10, InflightCap: 8}}, false))},
 		{"policy", "080a188080a8b1e39fe7cb1722140a120a0877656967687465641a060a026e321002",
 			must(SetPolicy(Policy{Strategy: "weighted", Nodes: []NodePolicy{{NodeID: "n2", Node: routing.Node{Weight: 2}}}}, false))},
 	} {

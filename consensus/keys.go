@@ -1,7 +1,6 @@
 package consensus
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"slices"
 	"strings"
@@ -13,9 +12,6 @@ import (
 // KeyHash is the SHA-256 of a plaintext API key, the only form in which a key
 // is stored (raft log, snapshots, memory).
 type KeyHash [32]byte
-
-// HashKey hashes a plaintext API key.
-func HashKey(plaintext string) KeyHash { return sha256.Sum256([]byte(plaintext)) }
 
 // String is the hash in lowercase hex.
 func (h KeyHash) String() string { return hex.EncodeToString(h[:]) }

@@ -10,7 +10,7 @@ import (
 
 func quotaKey(m *machine, id string, daily, budget int64) {
 	m.t.Helper()
-	m.ok(must(CreateKey(KeySpec{ID: id, Hash: HashKey("sk-" + id), Name: id, Limits: Limits{DailyQuota: daily, MonthlyBudgetMicros: budget}})), t0)
+	m.ok(must(CreateKey(KeySpec{ID: id, Hash: hashKey("sk-" + id), Name: id, Limits: Limits{DailyQuota: daily, MonthlyBudgetMicros: budget}})), t0)
 }
 
 func acquire(m *machine, node, key string, kind LeaseKind, want, consumed int64, ttl time.Duration, at time.Time) *pb.ApplyResult {
@@ -56,7 +56,7 @@ func TestLeaseGrantSettleRelease(t *testing.T) {
 func TestLeaseKeyStates(t *testing.T) {
 	m := newMachine(t)
 	quotaKey(m, "limited", 10, 0)
-	m.ok(must(CreateKey(KeySpec{ID: "free", Hash: HashKey("sk-free"), Name: "free"})), t0)
+	m.ok(must(CreateKey(KeySpec{ID: "free", Hash: hashKey("sk-free"), Name: "free"})), t0)
 	res := acquire(m, "n1", "free", LeaseDailyRequests, 7, 0, 0, t0)
 	if g := res.GetLease(); !g.GetUnlimited() || g.GetGranted() != 7 {
 		t.Fatalf("unlimited key: %v", g)
@@ -76,7 +76,7 @@ func TestLeaseKeyStates(t *testing.T) {
 		t.Fatal("revocation kept the key's ledgers")
 	}
 	exp := t0.Add(time.Minute)
-	m.ok(must(CreateKey(KeySpec{ID: "short", Hash: HashKey("sk-short"), Name: "short", Limits: Limits{DailyQuota: 5}, ExpiresAt: exp})), t0)
+	m.ok(must(CreateKey(KeySpec{ID: "short", Hash: hashKey("sk-short"), Name: "short", Limits: Limits{DailyQuota: 5}, ExpiresAt: exp})), t0)
 	if code := acquire(m, "n1", "short", LeaseDailyRequests, 1, 0, 0, exp).GetRejectionCode(); code != codeInactive {
 		t.Fatalf("expired key: %q", code)
 	}

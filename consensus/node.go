@@ -37,6 +37,7 @@ type Node struct {
 	reconcileCh chan struct{}
 	shutdownCh  chan struct{}
 	wg          sync.WaitGroup
+	serving     applyGate // forwarded commands under way
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -274,6 +275,9 @@ func (n *Node) Snapshot() error {
 // has left the mesh before (node's stopCluster); the new leader removes
 // this server after the reap timeout.
 func (n *Node) Shutdown(ctx context.Context) error {
+	// From here forwarded commands are refused (callers retry on the next
+	// leader); those under way answer before raft stops.
+	n.serving.refuse()
 	if n.IsLeader() && n.hasOtherVoter() {
 		done := make(chan error, 1)
 		go func() { done <- n.raft.LeadershipTransfer().Error() }()
@@ -285,6 +289,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n.serving.wait(wait)
+	cancel()
 	return n.Close()
 }
 

@@ -58,7 +58,7 @@ func muxByteOnly(addr string, timeout time.Duration) (net.Conn, error) {
 // higher term whose one entry creates an admin key, committed at once.
 func forgedAppend(t *testing.T, plaintext string, prevIndex, prevTerm uint64) *raft.AppendEntriesRequest {
 	t.Helper()
-	cmd, err := consensus.CreateKey(consensus.KeySpec{Hash: consensus.HashKey(plaintext), Name: "backdoor", App: "attacker", Admin: true})
+	cmd, err := consensus.CreateKey(consensus.KeySpec{Hash: keyHash(plaintext), Name: "backdoor", App: "attacker", Admin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func forgedAppend(t *testing.T, plaintext string, prevIndex, prevTerm uint64) *r
 }
 
 func hasKey(n *consensus.Node, plaintext string) bool {
-	_, ok := n.State().KeyByHash(consensus.HashKey(plaintext))
+	_, ok := n.State().KeyByHash(keyHash(plaintext))
 	return ok
 }
 

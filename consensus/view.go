@@ -7,7 +7,7 @@ type View struct {
 	f *fsm
 }
 
-// KeyByHash finds a key by the hash of its plaintext (see HashKey).
+// KeyByHash finds a key by the hash of its plaintext (SHA-256).
 func (v View) KeyByHash(h KeyHash) (Key, bool) {
 	var (
 		k  Key

@@ -133,20 +133,6 @@ func TestTimers() Timers {
 	}
 }
 
-// TestConfig returns a Config for an in-process test node: loopback, port 0,
-// TestTimers and quick record publishing.
-func TestConfig(nodeID string) Config {
-	return Config{
-		NodeID:          nodeID,
-		BindAddr:        "127.0.0.1:0",
-		Timers:          TestTimers(),
-		JoinBackoffMin:  20 * time.Millisecond,
-		JoinBackoffMax:  200 * time.Millisecond,
-		RecordInterval:  20 * time.Millisecond,
-		RecordHeartbeat: 100 * time.Millisecond,
-	}
-}
-
 func timersFrom(c *memberlist.Config) Timers {
 	return Timers{
 		ProbeInterval:       c.ProbeInterval,

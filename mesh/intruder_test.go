@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/meshtest"
 	"github.com/infermesh/infermesh/mesh/route"
@@ -123,7 +124,7 @@ func TestIntruderWithAnotherSecretNeverJoins(t *testing.T) {
 		_, err = s.Head()
 		s.Close()
 	}
-	if !forward.IsUnauthenticated(err) {
+	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("the intruder accepted a request signed under another secret: %v", err)
 	}
 	if got := count("rogue").Load(); got != 0 {

@@ -8,7 +8,7 @@ import (
 // Join names are looked up on every round, every address kept, and the
 // node's own gossip address left out.
 func TestResolveJoin(t *testing.T) {
-	cfg := TestConfig("a")
+	cfg := Config{NodeID: "a", BindAddr: "127.0.0.1:0", Timers: TestTimers()}
 	m, err := New(cfg, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,7 @@ func TestWrongEncryptionKeyCannotJoin(t *testing.T) {
 
 	for name, key := range map[string][]byte{"wrong key": keyB, "no key": nil} {
 		t.Run(name, func(t *testing.T) {
-			cfg := mesh.TestConfig("intruder")
+			cfg := meshtest.Config("intruder")
 			cfg.EncryptionKey = key
 			m, err := mesh.New(cfg, meshtest.Logger(t, "intruder"), nil, nil)
 			if err != nil {
@@ -118,7 +118,7 @@ func TestWrongEncryptionKeyCannotJoin(t *testing.T) {
 	}
 
 	t.Run("right key", func(t *testing.T) {
-		cfg := mesh.TestConfig("friend")
+		cfg := meshtest.Config("friend")
 		cfg.EncryptionKey = keyA
 		m, err := mesh.New(cfg, meshtest.Logger(t, "friend"), nil, nil)
 		if err != nil {
@@ -137,14 +137,14 @@ func TestWrongEncryptionKeyCannotJoin(t *testing.T) {
 func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 	// Reserve a gossip port, start a node that joins it before anyone
 	// listens there, then start the seed on that port.
-	probe, err := mesh.New(mesh.TestConfig("probe"), nil, nil, nil)
+	probe, err := mesh.New(meshtest.Config("probe"), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seedAddr := probe.GossipAddr()
 	probe.Shutdown()
 
-	cfg := mesh.TestConfig("late")
+	cfg := meshtest.Config("late")
 	cfg.Join = []string{seedAddr}
 	late, err := mesh.New(cfg, meshtest.Logger(t, "late"), nil, nil)
 	if err != nil {
@@ -159,7 +159,7 @@ func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 	sub := late.Subscribe(mesh.EventJoin)
 	defer sub.Close()
 
-	scfg := mesh.TestConfig("seed")
+	scfg := meshtest.Config("seed")
 	scfg.BindAddr = seedAddr
 	seed, err := mesh.New(scfg, meshtest.Logger(t, "seed"), nil, nil)
 	if err != nil {
@@ -179,7 +179,7 @@ func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 }
 
 func TestNodeWithoutJoinIsAMeshOfOne(t *testing.T) {
-	m, err := mesh.New(mesh.TestConfig("solo"), nil, nil, nil)
+	m, err := mesh.New(meshtest.Config("solo"), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestNodeWithoutJoinIsAMeshOfOne(t *testing.T) {
 }
 
 func TestNodeMetaLimit(t *testing.T) {
-	cfg := mesh.TestConfig("big")
+	cfg := meshtest.Config("big")
 	cfg.Version = strings.Repeat("v", mesh.MaxMetaSize)
 	if _, err := mesh.New(cfg, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "limit") {
 		t.Fatalf("oversized NodeMeta accepted: %v", err)

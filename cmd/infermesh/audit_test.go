@@ -43,7 +43,7 @@ func auditNode(t *testing.T, node string, records int) (*httptest.Server, *audit
 	mux.Handle("/v1/server/audit", audit.ExportHandler(func(ctx context.Context, q audit.Query, w io.Writer) error {
 		return l.ExportContext(ctx, q.Since, w)
 	}))
-	mux.Handle("/v1/server/audit/keys", audit.KeysHandler(audit.StaticKeys{node: l.PublicKey()}))
+	mux.Handle("/v1/server/audit/keys", audit.KeysHandler(staticAuditKeys{node: l.PublicKey()}))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer admin-k" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -136,3 +136,9 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// staticAuditKeys is a fixed audit.KeyDirectory.
+type staticAuditKeys map[string]ed25519.PublicKey
+
+// AuditKeys returns the map itself.
+func (s staticAuditKeys) AuditKeys() map[string]ed25519.PublicKey { return s }

@@ -258,7 +258,7 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 	mux := http.NewServeMux()
 	mux.Handle(node.Handler())
 	mux.Handle(node.AdminHandler())
-	p.srv = rpcmux.NewServer(mux)
+	p.srv = newServer(mux)
 	p.serving.Add(2)
 	go func() { defer p.serving.Done(); _ = p.mux.Serve() }()
 	go func() { defer p.serving.Done(); _ = p.srv.Serve(p.mux.HTTP()) }()
@@ -544,4 +544,21 @@ func (m *ManualClock) Advance(d time.Duration) {
 	m.mu.Lock()
 	m.now = m.now.Add(d)
 	m.mu.Unlock()
+}
+
+// newServer returns an http.Server for the HTTP side of an rpcmux that
+// speaks HTTP/1.1 and HTTP/2 cleartext (prior knowledge), as Connect
+// clients from rpcmux.NewClient do, and HTTP/2 or HTTP/1.1 over TLS when the mux hands it TLS
+// connections (peer TLS). Run it with srv.Serve(mux.HTTP()).
+func newServer(h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
 }

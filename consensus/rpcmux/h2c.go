@@ -7,23 +7,6 @@ import (
 	"time"
 )
 
-// NewServer returns an http.Server for the HTTP side of the mux that speaks
-// HTTP/1.1 and HTTP/2 cleartext (prior knowledge), as Connect clients from
-// NewClient do, and HTTP/2 or HTTP/1.1 over TLS when the mux hands it TLS
-// connections (peer TLS). Run it with srv.Serve(mux.HTTP()).
-func NewServer(h http.Handler) *http.Server {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Server{
-		Handler:           h,
-		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
-}
-
 // Health check of client connections: a connection that has received
 // nothing for PingAfter is pinged, and closed (failing every call on it) when
 // the answer takes longer than PingTimeout.

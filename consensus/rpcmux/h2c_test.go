@@ -85,7 +85,7 @@ func (p *freezingProxy) freeze() { p.once.Do(func() { close(p.frozen) }) }
 // on a connection that had been dead for the whole partition.
 func TestClientDropsASilentConnection(t *testing.T) {
 	m, _ := startMux(t)
-	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	go func() { _ = srv.Serve(m.HTTP()) }()
@@ -108,5 +108,22 @@ func TestClientDropsASilentConnection(t *testing.T) {
 	if resp, err := client.Get(url); err == nil {
 		_ = resp.Body.Close()
 		t.Fatal("a call through a frozen connection succeeded")
+	}
+}
+
+// newServer returns an http.Server for the HTTP side of an rpcmux that
+// speaks HTTP/1.1 and HTTP/2 cleartext (prior knowledge), as Connect
+// clients from NewClient do, and HTTP/2 or HTTP/1.1 over TLS when the mux hands it TLS
+// connections (peer TLS). Run it with srv.Serve(mux.HTTP()).
+func newServer(h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 	}
 }

@@ -29,7 +29,7 @@ func startMux(t *testing.T) (*Mux, chan error) {
 
 func TestRoutesRaftAndHTTPOnOnePort(t *testing.T) {
 	m, served := startMux(t)
-	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "http "+r.Proto)
 	}))
 	go func() { _ = srv.Serve(m.HTTP()) }()

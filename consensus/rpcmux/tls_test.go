@@ -29,7 +29,7 @@ func tlsMux(t *testing.T, p *PeerTLS) *Mux {
 		t.Fatal(err)
 	}
 	go m.Serve()
-	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tlsOn := "cleartext"
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 			tlsOn = "mtls:" + r.TLS.PeerCertificates[0].Subject.CommonName
@@ -355,7 +355,7 @@ func BenchmarkPeerTLSHandshake(b *testing.B) {
 		b.Fatal(err)
 	}
 	go m.Serve()
-	hs := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	hs := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	go func() { _ = hs.Serve(m.HTTP()) }()
 	b.Cleanup(func() { hs.Close(); m.Close() })
 	leaf := ca.Valid(b, "client")

@@ -40,11 +40,6 @@ func tooLarge(err error) bool {
 	return errors.As(err, &ce) && ce.Meta().Get(RefusalHeader) == refusalTooLarge
 }
 
-// IsUnauthenticated reports whether the peer rejected the cluster secret.
-func IsUnauthenticated(err error) bool {
-	return connect.CodeOf(err) == connect.CodeUnauthenticated
-}
-
 // Retryable reports whether a failure that happened before the response
 // head is safe to retry on another peer: connection refused or reset, the
 // peer unavailable or draining, overloaded, or rejecting this node's cluster

@@ -128,18 +128,6 @@ func IsHopByHop(name string) bool {
 	return false
 }
 
-// CopyHeader adds the end-to-end headers of src to dst: hop-by-hop headers
-// and any header named in src's Connection header are left out.
-func CopyHeader(dst, src http.Header) {
-	named := connectionNamed(src)
-	for k, vs := range src {
-		if IsHopByHop(k) || named[textproto.CanonicalMIMEHeaderKey(k)] {
-			continue
-		}
-		dst[k] = append(dst[k], vs...)
-	}
-}
-
 // connectionNamed returns the headers h's Connection header names (they are
 // hop-by-hop too), or nil.
 func connectionNamed(h http.Header) map[string]bool {

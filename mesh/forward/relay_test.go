@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/infermesh/infermesh/mesh/forward"
 )
 
@@ -114,7 +115,7 @@ func TestRelayRefusesWrongSecretAndDrain(t *testing.T) {
 		_, err = tun.Head()
 		tun.Close()
 	}
-	if !forward.IsUnauthenticated(err) {
+	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("wrong secret: %v", err)
 	}
 	if len(seen) != 0 {

@@ -176,7 +176,7 @@ func (c *Cluster) start(id string, setup nodeSetup) (*Node, error) {
 		ln = &tapListener{Listener: ln, tap: setup.tap}
 		n.ln = ln
 	}
-	cfg := mesh.TestConfig(id)
+	cfg := Config(id)
 	cfg.RPCAddr = n.RPCAddr
 	cfg.HTTPAddr = n.RPCAddr
 	cfg.Version = "test"
@@ -437,4 +437,18 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), WaitLimit)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Config returns a mesh.Config for an in-process test node: loopback,
+// port 0, mesh.TestTimers and quick record publishing.
+func Config(nodeID string) mesh.Config {
+	return mesh.Config{
+		NodeID:          nodeID,
+		BindAddr:        "127.0.0.1:0",
+		Timers:          mesh.TestTimers(),
+		JoinBackoffMin:  20 * time.Millisecond,
+		JoinBackoffMax:  200 * time.Millisecond,
+		RecordInterval:  20 * time.Millisecond,
+		RecordHeartbeat: 100 * time.Millisecond,
+	}
 }

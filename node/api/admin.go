@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // Governance is the replicated state behind the admin routes: keys, usage
@@ -88,22 +89,22 @@ const (
 
 // checkKeyRequest validates a key creation body field by field, naming the
 // first bad field.
-func checkKeyRequest(req *KeyRequest, now time.Time) *APIError {
+func checkKeyRequest(req *KeyRequest, now time.Time) *apierr.Error {
 	switch {
 	case req.Name == "":
-		return BadRequest(CodeMissingParam, "name", "A key needs a name.")
+		return apierr.BadRequest(apierr.CodeMissingParam, "name", "A key needs a name.")
 	case len(req.Name) > 128 || len(req.App) > 128:
-		return BadRequest(CodeInvalidValue, "name", "name and app are at most 128 characters.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "name", "name and app are at most 128 characters.")
 	case req.RPM < 0 || req.RPM > maxKeyRPM:
-		return BadRequest(CodeInvalidValue, "rpm", fmt.Sprintf("rpm must be between 0 (unlimited) and %d.", maxKeyRPM))
+		return apierr.BadRequest(apierr.CodeInvalidValue, "rpm", fmt.Sprintf("rpm must be between 0 (unlimited) and %d.", maxKeyRPM))
 	case req.DailyQuota < 0 || req.DailyQuota > maxKeyDailyQuota:
-		return BadRequest(CodeInvalidValue, "daily_quota", fmt.Sprintf("daily_quota must be between 0 (unlimited) and %d.", int64(maxKeyDailyQuota)))
+		return apierr.BadRequest(apierr.CodeInvalidValue, "daily_quota", fmt.Sprintf("daily_quota must be between 0 (unlimited) and %d.", int64(maxKeyDailyQuota)))
 	case math.IsNaN(req.MonthlyBudget) || req.MonthlyBudget < 0 || req.MonthlyBudget > maxKeyMonthlyBudget:
-		return BadRequest(CodeInvalidValue, "monthly_budget", "monthly_budget must be between 0 (unlimited) and 1e12.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "monthly_budget", "monthly_budget must be between 0 (unlimited) and 1e12.")
 	case len(req.Allow) > 32:
-		return BadRequest(CodeInvalidValue, "allow", "At most 32 allowlist entries.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "allow", "At most 32 allowlist entries.")
 	case req.ExpiresAt != nil && (*req.ExpiresAt <= now.Unix() || *req.ExpiresAt > maxKeyExpiry):
-		return BadRequest(CodeInvalidValue, "expires_at", "expires_at must be a Unix time in seconds in the future (omit it for a key that never expires).")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "expires_at", "expires_at must be a Unix time in seconds in the future (omit it for a key that never expires).")
 	}
 	return nil
 }
@@ -142,13 +143,13 @@ type KeyInfo struct {
 func governanceError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNoLeader):
-		e := Errorf(http.StatusServiceUnavailable, TypeServer, "no_leader", "", err.Error())
+		e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeNoLeader, "", err.Error())
 		e.RetryAfter = 2
-		WriteError(w, e)
+		apierr.Write(w, e)
 	case errors.Is(err, ErrNotFound):
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "key_not_found", "id", err.Error()))
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeKeyNotFound, "id", err.Error()))
 	case errors.Is(err, ErrInvalid):
-		WriteError(w, BadRequest(CodeInvalidValue, "", err.Error()))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "", err.Error()))
 	default:
 		writeErr(w, err)
 	}
@@ -191,19 +192,19 @@ func (s *Server) adminRoutes(r chi.Router) {
 			if v := q.Get(name); v != "" {
 				d, err := time.Parse(time.DateOnly, v)
 				if err != nil {
-					WriteError(w, BadRequest(CodeInvalidValue, name, fmt.Sprintf("'%s' must be a UTC day, YYYY-MM-DD.", name)))
+					apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, name, fmt.Sprintf("'%s' must be a UTC day, YYYY-MM-DD.", name)))
 					return
 				}
 				days[i] = d
 			}
 		}
 		if !days[0].IsZero() && !days[1].IsZero() && days[1].Before(days[0]) {
-			WriteError(w, BadRequest(CodeInvalidValue, "until", "'until' is before 'since'."))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "until", "'until' is before 'since'."))
 			return
 		}
 		rows, err := s.opt.Governance.Usage(by, days[0], days[1])
 		if err != nil {
-			WriteError(w, BadRequest(CodeInvalidValue, "by", "'by' must be one of app, model, key, worker."))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "by", "'by' must be one of app, model, key, worker."))
 			return
 		}
 		writeJSON(w, http.StatusOK, UsageReport{By: by, Data: rows, Object: "list", Since: q.Get("since"), Until: q.Get("until")})
@@ -251,7 +252,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e := checkKeyRequest(&req, s.opt.Clock()); e != nil {
-		WriteError(w, e)
+		apierr.Write(w, e)
 		return
 	}
 	info, key, err := s.opt.Governance.CreateKey(r.Context(), req)

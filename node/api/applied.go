@@ -7,12 +7,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 )
-
-// DecodeStrict decodes a JSON object body into v the way the API's own
-// routes do: unknown fields, wrong types and trailing data are 400
-// *APIError values naming the parameter.
-func DecodeStrict(body []byte, v any) error { return decodeStrict(body, v) }
 
 // AppliedPath is a peer-only route of the local router (reached through
 // signed forwarding, never mounted on the public router): it waits until
@@ -35,7 +31,7 @@ func (s *Server) appliedRoutes(r chi.Router) {
 		q := r.URL.Query()
 		index, err := strconv.ParseUint(q.Get("index"), 10, 64)
 		if err != nil {
-			WriteError(w, BadRequest(CodeInvalidValue, "index", "index must be a raft log index."))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "index", "index must be a raft log index."))
 			return
 		}
 		wait := time.Second
@@ -46,7 +42,7 @@ func (s *Server) appliedRoutes(r chi.Router) {
 		defer cancel()
 		applied, err := s.opt.Governance.WaitApplied(ctx, index)
 		if err != nil {
-			WriteError(w, Errorf(http.StatusGatewayTimeout, TypeServer, CodeTimeout, "index", err.Error()))
+			apierr.Write(w, apierr.New(http.StatusGatewayTimeout, apierr.TypeServer, apierr.CodeTimeout, "index", err.Error()))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]uint64{"applied_index": applied})

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/audiocodec"
 	"github.com/infermesh/infermesh/node/engine"
 )
@@ -47,30 +48,30 @@ func parseTranscription(body []byte, contentType string, translate bool) (*trans
 	}
 	for name, v := range f.fields {
 		if !slices.Contains(allowed, name) {
-			return nil, BadRequest(CodeUnknownParam, name, fmt.Sprintf("Unrecognized request argument supplied: %s", name))
+			return nil, apierr.BadRequest(apierr.CodeUnknownParam, name, fmt.Sprintf("Unrecognized request argument supplied: %s", name))
 		}
 		if len(v) > 1 && !strings.HasPrefix(name, "timestamp_granularities") {
-			return nil, BadRequest(CodeInvalidValue, name, fmt.Sprintf("%s is given more than once.", name))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, name, fmt.Sprintf("%s is given more than once.", name))
 		}
 	}
 	req := &transcriptionRequest{Model: strings.TrimSpace(f.value("model")), Prompt: f.value("prompt"),
 		Language: strings.TrimSpace(f.value("language")), Format: f.value("response_format"), Translate: translate}
 	switch {
 	case req.Model == "":
-		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	case len(req.Model) > 256:
-		return nil, BadRequest(CodeInvalidValue, "model", "The model id is longer than 256 characters.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "model", "The model id is longer than 256 characters.")
 	case !f.hasFile:
-		return nil, BadRequest(CodeMissingParam, "file", "You must provide a file (the audio, as a multipart file part).")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "file", "You must provide a file (the audio, as a multipart file part).")
 	case len(f.file) == 0:
-		return nil, BadRequest(CodeInvalidValue, "file", "The audio file is empty.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "file", "The audio file is empty.")
 	case req.Language != "" && !languageCode.MatchString(req.Language):
-		return nil, BadRequest(CodeInvalidValue, "language", "language must be an ISO-639-1 code such as en or de.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "language", "language must be an ISO-639-1 code such as en or de.")
 	case len(req.Prompt) > 4096:
-		return nil, BadRequest(CodeInvalidValue, "prompt", "prompt is longer than 4096 characters.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "prompt", "prompt is longer than 4096 characters.")
 	}
 	if ct := f.fileType; ct != "" && ct != "application/octet-stream" && !strings.HasPrefix(ct, "audio/") && !strings.HasPrefix(ct, "video/") {
-		return nil, BadRequest(CodeInvalidValue, "file", fmt.Sprintf("The file's content type %s is not audio.", ct))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "file", fmt.Sprintf("The file's content type %s is not audio.", ct))
 	}
 	req.File = f.file
 	if req.Format == "" {
@@ -79,12 +80,12 @@ func parseTranscription(body []byte, contentType string, translate bool) (*trans
 	switch req.Format {
 	case "json", "text", "srt", "verbose_json", "vtt":
 	default:
-		return nil, BadRequest(CodeInvalidValue, "response_format", "response_format must be json, text, srt, verbose_json or vtt.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "response_format", "response_format must be json, text, srt, verbose_json or vtt.")
 	}
 	if t := strings.TrimSpace(f.value("temperature")); t != "" {
 		v, err := strconv.ParseFloat(t, 32)
 		if err != nil || math.IsNaN(v) || v < 0 || v > 1 {
-			return nil, BadRequest(CodeInvalidValue, "temperature", "temperature must be a number between 0 and 1.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "temperature", "temperature must be a number between 0 and 1.")
 		}
 		req.Temperature = float32(v)
 	}
@@ -95,21 +96,21 @@ func parseTranscription(body []byte, contentType string, translate bool) (*trans
 		case "segment":
 			req.Segments = true
 		default:
-			return nil, BadRequest(CodeInvalidValue, "timestamp_granularities", "timestamp_granularities must be segment or word.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "timestamp_granularities", "timestamp_granularities must be segment or word.")
 		}
 	}
 	if (req.Words || req.Segments) && req.Format != "verbose_json" {
-		return nil, BadRequest(CodeInvalidValue, "timestamp_granularities", "timestamp_granularities need response_format verbose_json.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "timestamp_granularities", "timestamp_granularities need response_format verbose_json.")
 	}
 	if s := strings.TrimSpace(f.value("stream")); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return nil, BadRequest(CodeInvalidValue, "stream", "stream must be true or false.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stream", "stream must be true or false.")
 		}
 		req.Stream = b
 	}
 	if req.Stream && req.Format != "json" && req.Format != "text" {
-		return nil, BadRequest(CodeInvalidValue, "stream", "Streaming works with response_format json or text.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stream", "Streaming works with response_format json or text.")
 	}
 	return req, nil
 }
@@ -137,16 +138,16 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 	}
 	tr := eng.(engine.Transcriber)
 	if req.Language != "" && !slices.Contains(tr.Languages(), req.Language) {
-		WriteError(w, BadRequest(CodeInvalidValue, "language", fmt.Sprintf("Model %s does not know the language %q.", id, req.Language)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "language", fmt.Sprintf("Model %s does not know the language %q.", id, req.Language)))
 		return
 	}
 	if req.Words && !tr.WordTimestamps() {
-		WriteError(w, BadRequest(CodeInvalidValue, "timestamp_granularities", fmt.Sprintf("Model %s has no word timestamps.", id)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "timestamp_granularities", fmt.Sprintf("Model %s has no word timestamps.", id)))
 		return
 	}
 	samples, seconds, err := audiocodec.Decode(req.File, MaxAudioSeconds)
 	if errors.Is(err, audiocodec.ErrTooLong) {
-		WriteError(w, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "file", err.Error()))
+		apierr.Write(w, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "file", err.Error()))
 		return
 	}
 	if err != nil {
@@ -154,7 +155,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 		return
 	}
 	if len(samples) == 0 {
-		WriteError(w, BadRequest(CodeInvalidValue, "file", "The audio has no samples."))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "file", "The audio has no samples."))
 		return
 	}
 	treq := engine.TranscribeRequest{Samples: samples, Language: req.Language, Translate: translate,
@@ -170,7 +171,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 	res, err := tr.Transcribe(r.Context(), treq, onSegment)
 	if err != nil {
 		if stream != nil && stream.started {
-			stream.data(map[string]any{"type": "error", "error": map[string]any{"message": err.Error(), "type": TypeServer, "code": CodeInternal}})
+			stream.data(map[string]any{"type": "error", "error": map[string]any{"message": err.Error(), "type": apierr.TypeServer, "code": apierr.CodeInternal}})
 			return
 		}
 		writeErr(w, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -53,7 +54,7 @@ func TestParseTranscription(t *testing.T) {
 	for _, c := range bad {
 		body, ct := formBody(c.fields, c.file)
 		_, err := parseTranscription(body, ct, c.translate)
-		var ae *APIError
+		var ae *apierr.Error
 		if !errors.As(err, &ae) || ae.Param != c.param || ae.Status != 400 {
 			t.Errorf("%v: got %v, want a 400 naming %s", c.fields, err, c.param)
 		}

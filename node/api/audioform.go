@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // Limits of a multipart audio form. The whole form is read from memory
@@ -41,11 +43,11 @@ func (f *audioForm) value(name string) string {
 func multipartBoundary(contentType string) (string, error) {
 	ct, params, err := mime.ParseMediaType(contentType)
 	if err != nil || ct != "multipart/form-data" {
-		return "", BadRequest(CodeInvalidValue, "", "This endpoint takes multipart/form-data (Content-Type: multipart/form-data; boundary=...).")
+		return "", apierr.BadRequest(apierr.CodeInvalidValue, "", "This endpoint takes multipart/form-data (Content-Type: multipart/form-data; boundary=...).")
 	}
 	b := params["boundary"]
 	if b == "" || len(b) > 70 {
-		return "", BadRequest(CodeInvalidValue, "", "The multipart/form-data Content-Type has no valid boundary.")
+		return "", apierr.BadRequest(apierr.CodeInvalidValue, "", "The multipart/form-data Content-Type has no valid boundary.")
 	}
 	return b, nil
 }
@@ -66,25 +68,25 @@ func parseAudioForm(body []byte, contentType, fileField string) (*audioForm, err
 			break
 		}
 		if err != nil {
-			return nil, BadRequest(CodeInvalidValue, "", "Could not parse the multipart form: "+err.Error())
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "", "Could not parse the multipart form: "+err.Error())
 		}
 		if n >= maxFormParts {
-			return nil, BadRequest(CodeInvalidValue, "", "The form has too many parts.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "", "The form has too many parts.")
 		}
 		name := p.FormName()
 		if name == "" {
-			return nil, BadRequest(CodeInvalidValue, "", "A form part has no name.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "", "A form part has no name.")
 		}
 		if name == fileField {
 			if f.hasFile {
-				return nil, BadRequest(CodeInvalidValue, fileField, "Send one "+fileField+".")
+				return nil, apierr.BadRequest(apierr.CodeInvalidValue, fileField, "Send one "+fileField+".")
 			}
 			data, err := io.ReadAll(io.LimitReader(p, MaxAudioFileBytes+1))
 			if err != nil {
-				return nil, BadRequest(CodeInvalidValue, fileField, "Could not read the "+fileField+" part.")
+				return nil, apierr.BadRequest(apierr.CodeInvalidValue, fileField, "Could not read the "+fileField+" part.")
 			}
 			if len(data) > MaxAudioFileBytes {
-				return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, fileField,
+				return nil, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, fileField,
 					"The audio file is larger than 25 MB.")
 			}
 			f.file, f.hasFile = data, true
@@ -93,7 +95,7 @@ func parseAudioForm(body []byte, contentType, fileField string) (*audioForm, err
 		}
 		v, err := io.ReadAll(io.LimitReader(p, maxFormField+1))
 		if err != nil || len(v) > maxFormField {
-			return nil, BadRequest(CodeInvalidValue, name, "The "+name+" field is longer than 8 KiB.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, name, "The "+name+" field is longer than 8 KiB.")
 		}
 		f.fields[name] = append(f.fields[name], string(v))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/batch"
 )
 
@@ -49,25 +50,25 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Model == "" {
-		WriteError(w, BadRequest(CodeMissingParam, "model", "You must provide a model parameter."))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter."))
 		return
 	}
 	if len(req.Input) == 0 {
-		WriteError(w, BadRequest(CodeMissingParam, "input", "You must provide a non-empty input array of strings."))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeMissingParam, "input", "You must provide a non-empty input array of strings."))
 		return
 	}
 	if len(req.Input) > MaxBatchInputs {
-		WriteError(w, BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(req.Input), MaxBatchInputs)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(req.Input), MaxBatchInputs)))
 		return
 	}
 	for i, t := range req.Input {
 		if t == "" || len(t) > MaxEmbeddingInputLen {
-			WriteError(w, BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is empty or longer than %d bytes.", i, MaxEmbeddingInputLen)))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is empty or longer than %d bytes.", i, MaxEmbeddingInputLen)))
 			return
 		}
 	}
 	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {
-		WriteError(w, BadRequest(CodeInvalidValue, "encoding_format", "'encoding_format' must be 'float' or 'base64'."))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "encoding_format", "'encoding_format' must be 'float' or 'base64'."))
 		return
 	}
 	dims := 0
@@ -76,7 +77,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	m, ok := s.opt.Backend.Model(req.Model)
 	if !ok {
-		WriteError(w, ModelNotFound(req.Model))
+		apierr.Write(w, ModelNotFound(req.Model))
 		return
 	}
 	markDeprecated(w, m)
@@ -86,21 +87,21 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if dims < 0 || dims > emb.MaxDimensions() || (dims > 0 && dims < emb.MaxDimensions() && !emb.TruncatableDimensions()) {
-		WriteError(w, BadRequest(CodeInvalidValue, "dimensions", fmt.Sprintf("'dimensions' %d is not available for model %s.", dims, m.ID)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "dimensions", fmt.Sprintf("'dimensions' %d is not available for model %s.", dims, m.ID)))
 		return
 	}
 	// A batch submission counts once toward limits; polling never does.
 	if done, e := s.admit(r, m.ID, nil); e != nil {
-		WriteError(w, e)
+		apierr.Write(w, e)
 		return
 	} else if done != nil {
 		defer done(Served{Status: http.StatusOK})
 	}
 	job, err := s.opt.Batches.Submit(m.ID, req.Input, dims)
 	if errors.Is(err, batch.ErrFull) {
-		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "", "Too many batch jobs are queued on this node; retry later.")
+		e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeOverloaded, "", "Too many batch jobs are queued on this node; retry later.")
 		e.RetryAfter = 30
-		WriteError(w, e)
+		apierr.Write(w, e)
 		return
 	}
 	if err != nil {
@@ -114,7 +115,7 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
 	id, _ := url.PathUnescape(chi.URLParam(r, "id"))
 	job, err := s.opt.Batches.Snapshot(id)
 	if err != nil {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "batch_not_found", "id", fmt.Sprintf("No batch job %q (finished jobs expire).", id)))
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeBatchNotFound, "id", fmt.Sprintf("No batch job %q (finished jobs expire).", id)))
 		return
 	}
 	writeJSON(w, http.StatusOK, batchObject(job, r.URL.Query().Get("encoding_format") == "base64"))
@@ -124,7 +125,7 @@ func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	id, _ := url.PathUnescape(chi.URLParam(r, "id"))
 	job, err := s.opt.Batches.Cancel(id)
 	if err != nil {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "batch_not_found", "id", fmt.Sprintf("No batch job %q.", id)))
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeBatchNotFound, "id", fmt.Sprintf("No batch job %q.", id)))
 		return
 	}
 	writeJSON(w, http.StatusOK, batchObject(job, false))

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // BodyLimits bound what slow or large request bodies can cost a node.
@@ -74,13 +76,6 @@ func (b *bodyBudget) give(n int64) {
 	b.mu.Lock()
 	b.used -= n
 	b.mu.Unlock()
-}
-
-// inUse reports the bytes held now (for metrics).
-func (b *bodyBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
 }
 
 // gatedBody wraps a request body: each read moves the connection's read
@@ -167,11 +162,11 @@ func (s *Server) gateBodies(next http.Handler) http.Handler {
 			want := min(r.ContentLength, MaxImageBody+1)
 			if !s.bodies.take(want) {
 				s.metrics.bodyRefused.Inc()
-				e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "",
+				e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeOverloaded, "",
 					"The server is holding too many request bodies; retry shortly.")
 				e.RetryAfter = 1
 				w.Header().Set("Connection", "close")
-				WriteError(w, e)
+				apierr.Write(w, e)
 				return
 			}
 			g.reserved, g.declared = want, r.ContentLength
@@ -186,13 +181,13 @@ func (s *Server) gateBodies(next http.Handler) http.Handler {
 func bodyReadError(err error) error {
 	switch {
 	case errors.Is(err, errBodyBudget):
-		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "",
+		e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeOverloaded, "",
 			"The server is holding too many request bodies; retry shortly.")
 		e.RetryAfter = 1
 		return e
 	case errors.Is(err, errBodySlow):
-		return Errorf(http.StatusRequestTimeout, TypeInvalidRequest, "request_timeout", "",
+		return apierr.New(http.StatusRequestTimeout, apierr.TypeInvalidRequest, apierr.CodeRequestTimeout, "",
 			"The request body arrived too slowly.")
 	}
-	return BadRequest(CodeInvalidJSON, "", "Could not read the request body.")
+	return apierr.BadRequest(apierr.CodeInvalidJSON, "", "Could not read the request body.")
 }

@@ -105,3 +105,10 @@ func TestGateLiftsDeadlineAfterBody(t *testing.T) {
 		}
 	}
 }
+
+// inUse reports the bytes the budget holds now.
+func (b *bodyBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -116,24 +117,24 @@ func parseChat(body []byte) (*parsedChat, error) {
 		return nil, err
 	}
 	if in.Model == "" {
-		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
 	if len(in.Messages) == 0 {
-		return nil, BadRequest(CodeMissingParam, "messages", "'messages' must be a non-empty array.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "messages", "'messages' must be a non-empty array.")
 	}
 	if len(in.Messages) > MaxChatMessages {
-		return nil, BadRequest(CodeInvalidValue, "messages", fmt.Sprintf("'messages' has more than %d items.", MaxChatMessages))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "messages", fmt.Sprintf("'messages' has more than %d items.", MaxChatMessages))
 	}
 	if in.N != nil && *in.N != 1 {
-		return nil, BadRequest(CodeInvalidValue, "n", "Only n=1 is supported.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "n", "Only n=1 is supported.")
 	}
 	if (in.Logprobs != nil && *in.Logprobs) || in.TopLogprobs != nil {
-		return nil, BadRequest(CodeInvalidValue, "logprobs", "logprobs are not available.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "logprobs", "logprobs are not available.")
 	}
 	p := &parsedChat{Model: in.Model, Stream: in.Stream}
 	if in.StreamOptions != nil {
 		if !in.Stream {
-			return nil, BadRequest(CodeInvalidValue, "stream_options", "'stream_options' is only allowed when 'stream' is true.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stream_options", "'stream_options' is only allowed when 'stream' is true.")
 		}
 		p.IncludeUsage = in.StreamOptions.IncludeUsage
 	}
@@ -151,12 +152,12 @@ func parseChat(body []byte) (*parsedChat, error) {
 	switch {
 	case in.MaxCompletionTokens != nil:
 		if *in.MaxCompletionTokens < 1 || *in.MaxCompletionTokens > MaxOutputTokens {
-			return nil, BadRequest(CodeInvalidValue, "max_completion_tokens", fmt.Sprintf("'max_completion_tokens' must be between 1 and %d.", MaxOutputTokens))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "max_completion_tokens", fmt.Sprintf("'max_completion_tokens' must be between 1 and %d.", MaxOutputTokens))
 		}
 		r.MaxTokens = *in.MaxCompletionTokens
 	case in.MaxTokens != nil:
 		if *in.MaxTokens < 1 || *in.MaxTokens > MaxOutputTokens {
-			return nil, BadRequest(CodeInvalidValue, "max_tokens", fmt.Sprintf("'max_tokens' must be between 1 and %d.", MaxOutputTokens))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "max_tokens", fmt.Sprintf("'max_tokens' must be between 1 and %d.", MaxOutputTokens))
 		}
 		r.MaxTokens = *in.MaxTokens
 	}
@@ -173,14 +174,14 @@ func parseChat(body []byte) (*parsedChat, error) {
 	}
 	r.Stop = stop
 	if len(in.Tools) > MaxChatTools {
-		return nil, BadRequest(CodeInvalidValue, "tools", fmt.Sprintf("'tools' has more than %d items.", MaxChatTools))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "tools", fmt.Sprintf("'tools' has more than %d items.", MaxChatTools))
 	}
 	for i, t := range in.Tools {
 		if t.Type != "function" {
-			return nil, BadRequest(CodeInvalidValue, fmt.Sprintf("tools[%d].type", i), "Only tools of type 'function' are supported.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, fmt.Sprintf("tools[%d].type", i), "Only tools of type 'function' are supported.")
 		}
 		if t.Function.Name == "" {
-			return nil, BadRequest(CodeMissingParam, fmt.Sprintf("tools[%d].function.name", i), "A tool needs a function name.")
+			return nil, apierr.BadRequest(apierr.CodeMissingParam, fmt.Sprintf("tools[%d].function.name", i), "A tool needs a function name.")
 		}
 		r.Tools = append(r.Tools, engine.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters, Strict: t.Function.Strict})
 	}
@@ -195,11 +196,11 @@ func parseChat(body []byte) (*parsedChat, error) {
 			r.ResponseFormat.Type = engine.FormatJSONObject
 		case "json_schema":
 			if f.JSONSchema == nil || len(f.JSONSchema.Schema) == 0 {
-				return nil, BadRequest(CodeMissingParam, "response_format.json_schema", "'json_schema' with a 'schema' is required for type 'json_schema'.")
+				return nil, apierr.BadRequest(apierr.CodeMissingParam, "response_format.json_schema", "'json_schema' with a 'schema' is required for type 'json_schema'.")
 			}
 			r.ResponseFormat = engine.ResponseFormat{Type: engine.FormatJSONSchema, Name: f.JSONSchema.Name, Schema: f.JSONSchema.Schema, Strict: f.JSONSchema.Strict}
 		default:
-			return nil, BadRequest(CodeInvalidValue, "response_format.type", fmt.Sprintf("'%s' is not one of ['text', 'json_object', 'json_schema'].", f.Type))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "response_format.type", fmt.Sprintf("'%s' is not one of ['text', 'json_object', 'json_schema'].", f.Type))
 		}
 	}
 	return p, nil
@@ -211,9 +212,9 @@ func convertMessage(i int, m chatMessageIn) (engine.ChatMessage, bool, error) {
 	switch m.Role {
 	case engine.RoleSystem, engine.RoleDeveloper, engine.RoleUser, engine.RoleAssistant, engine.RoleTool:
 	case "":
-		return engine.ChatMessage{}, false, BadRequest(CodeMissingParam, param+".role", "Each message needs a role.")
+		return engine.ChatMessage{}, false, apierr.BadRequest(apierr.CodeMissingParam, param+".role", "Each message needs a role.")
 	default:
-		return engine.ChatMessage{}, false, BadRequest(CodeInvalidValue, param+".role", fmt.Sprintf("'%s' is not one of ['system', 'developer', 'user', 'assistant', 'tool'].", m.Role))
+		return engine.ChatMessage{}, false, apierr.BadRequest(apierr.CodeInvalidValue, param+".role", fmt.Sprintf("'%s' is not one of ['system', 'developer', 'user', 'assistant', 'tool'].", m.Role))
 	}
 	out := engine.ChatMessage{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 	images := false
@@ -224,7 +225,7 @@ func convertMessage(i int, m chatMessageIn) (engine.ChatMessage, bool, error) {
 		} else {
 			var parts []contentPart
 			if err := json.Unmarshal(m.Content, &parts); err != nil {
-				return out, false, BadRequest(CodeInvalidType, param+".content", "'content' must be a string or an array of content parts.")
+				return out, false, apierr.BadRequest(apierr.CodeInvalidType, param+".content", "'content' must be a string or an array of content parts.")
 			}
 			var b strings.Builder
 			out.Parts = make([]engine.ContentPart, 0, len(parts))
@@ -235,19 +236,19 @@ func convertMessage(i int, m chatMessageIn) (engine.ChatMessage, bool, error) {
 					out.Parts = append(out.Parts, engine.ContentPart{Text: part.Text})
 				case "image_url":
 					if part.ImageURL == nil || part.ImageURL.URL == "" {
-						return out, false, BadRequest(CodeMissingParam, fmt.Sprintf("%s.content[%d].image_url", param, j), "An image_url part needs a url.")
+						return out, false, apierr.BadRequest(apierr.CodeMissingParam, fmt.Sprintf("%s.content[%d].image_url", param, j), "An image_url part needs a url.")
 					}
 					u, d := part.ImageURL.URL, part.ImageURL.Detail
 					if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "data:image/") {
-						return out, false, BadRequest(CodeInvalidValue, fmt.Sprintf("%s.content[%d].image_url.url", param, j), "An image URL must be http(s) or a data:image/ URL.")
+						return out, false, apierr.BadRequest(apierr.CodeInvalidValue, fmt.Sprintf("%s.content[%d].image_url.url", param, j), "An image URL must be http(s) or a data:image/ URL.")
 					}
 					if d != "" && d != "auto" && d != "low" && d != "high" {
-						return out, false, BadRequest(CodeInvalidValue, fmt.Sprintf("%s.content[%d].image_url.detail", param, j), fmt.Sprintf("'%s' is not one of ['auto', 'low', 'high'].", d))
+						return out, false, apierr.BadRequest(apierr.CodeInvalidValue, fmt.Sprintf("%s.content[%d].image_url.detail", param, j), fmt.Sprintf("'%s' is not one of ['auto', 'low', 'high'].", d))
 					}
 					out.Parts = append(out.Parts, engine.ContentPart{ImageURL: u, Detail: d})
 					images = true
 				default:
-					return out, false, BadRequest(CodeInvalidValue, fmt.Sprintf("%s.content[%d].type", param, j), fmt.Sprintf("Content part type '%s' is not supported.", part.Type))
+					return out, false, apierr.BadRequest(apierr.CodeInvalidValue, fmt.Sprintf("%s.content[%d].type", param, j), fmt.Sprintf("Content part type '%s' is not supported.", part.Type))
 				}
 			}
 			out.Content = b.String()
@@ -256,10 +257,10 @@ func convertMessage(i int, m chatMessageIn) (engine.ChatMessage, bool, error) {
 			}
 		}
 	} else if m.Role != engine.RoleAssistant {
-		return out, false, BadRequest(CodeMissingParam, param+".content", "This message needs content.")
+		return out, false, apierr.BadRequest(apierr.CodeMissingParam, param+".content", "This message needs content.")
 	}
 	if m.Role == engine.RoleTool && m.ToolCallID == "" {
-		return out, false, BadRequest(CodeMissingParam, param+".tool_call_id", "A tool message needs a tool_call_id.")
+		return out, false, apierr.BadRequest(apierr.CodeMissingParam, param+".tool_call_id", "A tool message needs a tool_call_id.")
 	}
 	for _, tc := range m.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, engine.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
@@ -276,14 +277,14 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 	if json.Unmarshal(raw, &one) == nil {
 		many = []string{one}
 	} else if err := json.Unmarshal(raw, &many); err != nil {
-		return nil, BadRequest(CodeInvalidType, "stop", "'stop' must be a string or an array of strings.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidType, "stop", "'stop' must be a string or an array of strings.")
 	}
 	if len(many) > MaxStopSequences {
-		return nil, BadRequest(CodeInvalidValue, "stop", fmt.Sprintf("At most %d stop sequences are allowed.", MaxStopSequences))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stop", fmt.Sprintf("At most %d stop sequences are allowed.", MaxStopSequences))
 	}
 	for _, s := range many {
 		if s == "" || len(s) > MaxStopLen {
-			return nil, BadRequest(CodeInvalidValue, "stop", fmt.Sprintf("Stop sequences must be 1 to %d bytes.", MaxStopLen))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stop", fmt.Sprintf("Stop sequences must be 1 to %d bytes.", MaxStopLen))
 		}
 	}
 	return many, nil
@@ -298,11 +299,11 @@ func parseToolChoice(raw json.RawMessage, tools int) (engine.ToolChoice, error) 
 		switch mode {
 		case "auto", "none", "required":
 			if mode == "required" && tools == 0 {
-				return engine.ToolChoice{}, BadRequest(CodeInvalidValue, "tool_choice", "tool_choice 'required' needs tools.")
+				return engine.ToolChoice{}, apierr.BadRequest(apierr.CodeInvalidValue, "tool_choice", "tool_choice 'required' needs tools.")
 			}
 			return engine.ToolChoice{Mode: mode}, nil
 		}
-		return engine.ToolChoice{}, BadRequest(CodeInvalidValue, "tool_choice", fmt.Sprintf("'%s' is not one of ['none', 'auto', 'required'] or a function.", mode))
+		return engine.ToolChoice{}, apierr.BadRequest(apierr.CodeInvalidValue, "tool_choice", fmt.Sprintf("'%s' is not one of ['none', 'auto', 'required'] or a function.", mode))
 	}
 	var named struct {
 		Type     string `json:"type"`
@@ -311,7 +312,7 @@ func parseToolChoice(raw json.RawMessage, tools int) (engine.ToolChoice, error) 
 		} `json:"function"`
 	}
 	if err := json.Unmarshal(raw, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
-		return engine.ToolChoice{}, BadRequest(CodeInvalidValue, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}.")
+		return engine.ToolChoice{}, apierr.BadRequest(apierr.CodeInvalidValue, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}.")
 	}
 	return engine.ToolChoice{Mode: engine.ToolChoiceFunction, Name: named.Function.Name}, nil
 }
@@ -344,7 +345,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ii, ok := eng.(engine.ImageInput); p.HasImages && (!ok || !ii.TakesImages()) {
-		WriteError(w, BadRequest(CodeInvalidValue, p.ImageParam, fmt.Sprintf("Model %s does not take image input.", m.ID)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, p.ImageParam, fmt.Sprintf("Model %s does not take image input.", m.ID)))
 		return
 	}
 	id, created := newCompletionID(), s.opt.Clock().Unix()
@@ -407,7 +408,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		// The head is out: report the failure as an error event and end
 		// without [DONE], as OpenAI does.
-		sse.data(map[string]any{"error": map[string]any{"message": err.Error(), "type": TypeServer, "code": CodeInternal, "param": nil}})
+		sse.data(map[string]any{"error": map[string]any{"message": err.Error(), "type": apierr.TypeServer, "code": apierr.CodeInternal, "param": nil}})
 		return
 	}
 	reportUsage(w, int64(res.Usage.PromptTokens), int64(res.Usage.CompletionTokens))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 func TestParseChat(t *testing.T) {
@@ -56,7 +58,7 @@ func wantBadParams[T any](t *testing.T, parse func([]byte) (T, error), bad map[s
 	t.Helper()
 	for body, param := range bad {
 		_, err := parse([]byte(body))
-		var ae *APIError
+		var ae *apierr.Error
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != param {
 			t.Errorf("%.80s: got %v, want 400 param %q", body, err, param)
 		}
@@ -64,13 +66,13 @@ func wantBadParams[T any](t *testing.T, parse func([]byte) (T, error), bad map[s
 }
 
 // fuzzRejection fails a fuzz case whose decoder error is not a 400
-// APIError with a message; it reports whether err was a rejection.
+// apierr.Error with a message; it reports whether err was a rejection.
 func fuzzRejection(t *testing.T, err error) bool {
 	t.Helper()
 	if err == nil {
 		return false
 	}
-	var ae *APIError
+	var ae *apierr.Error
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
 		t.Fatalf("bad rejection %#v", err)
 	}
@@ -183,4 +185,9 @@ func FuzzParseImages(f *testing.F) {
 			t.Fatalf("accepted %+v", p)
 		}
 	})
+}
+
+// parseImages is parseImageBody for a generation body (prompt required).
+func parseImages(body []byte) (*parsedImages, error) {
+	return parseImageBody(body, false)
 }

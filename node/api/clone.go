@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/audiocodec"
 	"github.com/infermesh/infermesh/node/audioenc"
 	"github.com/infermesh/infermesh/node/engine"
@@ -41,10 +42,10 @@ func parseClone(body []byte, contentType string) (*cloneRequest, error) {
 		allowed := []string{"model", "input", "reference_text", "response_format", "speed", "stream_format"}
 		for name, v := range f.fields {
 			if !slices.Contains(allowed, name) {
-				return nil, BadRequest(CodeUnknownParam, name, fmt.Sprintf("Unrecognized request argument supplied: %s", name))
+				return nil, apierr.BadRequest(apierr.CodeUnknownParam, name, fmt.Sprintf("Unrecognized request argument supplied: %s", name))
 			}
 			if len(v) > 1 {
-				return nil, BadRequest(CodeInvalidValue, name, name+" is given more than once.")
+				return nil, apierr.BadRequest(apierr.CodeInvalidValue, name, name+" is given more than once.")
 			}
 		}
 		req.Model, req.Input, req.ReferenceText = strings.TrimSpace(f.value("model")), f.value("input"), f.value("reference_text")
@@ -52,12 +53,12 @@ func parseClone(body []byte, contentType string) (*cloneRequest, error) {
 		if v := strings.TrimSpace(f.value("speed")); v != "" {
 			sp, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return nil, BadRequest(CodeInvalidValue, "speed", "speed must be a number between 0.25 and 4.0.")
+				return nil, apierr.BadRequest(apierr.CodeInvalidValue, "speed", "speed must be a number between 0.25 and 4.0.")
 			}
 			req.Speed = &sp
 		}
 		if !f.hasFile {
-			return nil, BadRequest(CodeMissingParam, "reference_audio", "You must provide reference_audio (a clip of the voice, 3 to 30 s).")
+			return nil, apierr.BadRequest(apierr.CodeMissingParam, "reference_audio", "You must provide reference_audio (a clip of the voice, 3 to 30 s).")
 		}
 		req.reference = f.file
 	} else {
@@ -65,14 +66,14 @@ func parseClone(body []byte, contentType string) (*cloneRequest, error) {
 			return nil, err
 		}
 		if req.ReferenceAudio == "" {
-			return nil, BadRequest(CodeMissingParam, "reference_audio", "You must provide reference_audio (base64 of a clip of the voice, 3 to 30 s).")
+			return nil, apierr.BadRequest(apierr.CodeMissingParam, "reference_audio", "You must provide reference_audio (base64 of a clip of the voice, 3 to 30 s).")
 		}
 		if len(req.ReferenceAudio) > MaxAudioFileBytes/3*4+4 {
-			return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "reference_audio", "reference_audio is larger than 25 MB.")
+			return nil, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "reference_audio", "reference_audio is larger than 25 MB.")
 		}
 		b, err := base64.StdEncoding.DecodeString(req.ReferenceAudio)
 		if err != nil {
-			return nil, BadRequest(CodeInvalidValue, "reference_audio", "reference_audio is not valid base64.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "reference_audio", "reference_audio is not valid base64.")
 		}
 		req.reference = b
 	}
@@ -82,9 +83,9 @@ func parseClone(body []byte, contentType string) (*cloneRequest, error) {
 	}
 	switch {
 	case len(req.reference) == 0:
-		return nil, BadRequest(CodeInvalidValue, "reference_audio", "reference_audio is empty.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "reference_audio", "reference_audio is empty.")
 	case len(req.ReferenceText) > 4096:
-		return nil, BadRequest(CodeInvalidValue, "reference_text", "reference_text is longer than 4096 characters.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "reference_text", "reference_text is longer than 4096 characters.")
 	}
 	return &req, nil
 }
@@ -108,13 +109,13 @@ func (s *Server) audioClone(w http.ResponseWriter, r *http.Request) {
 	var ie *engine.InputError
 	switch {
 	case errors.As(err, &ie):
-		WriteError(w, BadRequest(CodeInvalidValue, "reference_audio", "reference_audio: "+ie.Msg))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "reference_audio", "reference_audio: "+ie.Msg))
 		return
 	case err != nil:
 		writeErr(w, err)
 		return
 	case seconds < engine.MinReferenceSeconds || math.IsNaN(seconds):
-		WriteError(w, BadRequest(CodeInvalidValue, "reference_audio",
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "reference_audio",
 			fmt.Sprintf("reference_audio is %.1f s; it must be %d to %d s.", seconds, engine.MinReferenceSeconds, engine.MaxReferenceSeconds)))
 		return
 	}

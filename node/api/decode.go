@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // Body size limits. JSON requests are small; image requests carry base64.
@@ -21,7 +23,7 @@ const (
 // 413 and an unreadable one a 400.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
-		return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "",
+		return nil, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "",
 			fmt.Sprintf("Request body is larger than %d bytes.", limit))
 	}
 	var b []byte
@@ -42,7 +44,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, bodyReadError(err)
 	}
 	if int64(len(b)) > limit {
-		return nil, Errorf(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeTooLarge, "",
+		return nil, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "",
 			fmt.Sprintf("Request body is larger than %d bytes.", limit))
 	}
 	return b, nil
@@ -53,10 +55,10 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 func decodeStrict(body []byte, v any) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return BadRequest(CodeInvalidJSON, "", "The request body is empty; expected a JSON object.")
+		return apierr.BadRequest(apierr.CodeInvalidJSON, "", "The request body is empty; expected a JSON object.")
 	}
 	if trimmed[0] != '{' {
-		return BadRequest(CodeInvalidJSON, "", "The request body must be a JSON object.")
+		return apierr.BadRequest(apierr.CodeInvalidJSON, "", "The request body must be a JSON object.")
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
@@ -64,7 +66,7 @@ func decodeStrict(body []byte, v any) error {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return BadRequest(CodeInvalidJSON, "", "The request body has data after the JSON object.")
+		return apierr.BadRequest(apierr.CodeInvalidJSON, "", "The request body has data after the JSON object.")
 	}
 	return nil
 }
@@ -77,19 +79,19 @@ func jsonError(err error) error {
 		if param == "" {
 			param = "body"
 		}
-		return BadRequest(CodeInvalidType, param,
+		return apierr.BadRequest(apierr.CodeInvalidType, param,
 			fmt.Sprintf("Invalid type for '%s': expected %s, got a JSON %s.", param, goTypeName(te.Type.String()), te.Value))
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		f = strings.Trim(f, `"`)
-		return BadRequest(CodeUnknownParam, f, fmt.Sprintf("Unrecognized request argument supplied: %s", f))
+		return apierr.BadRequest(apierr.CodeUnknownParam, f, fmt.Sprintf("Unrecognized request argument supplied: %s", f))
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return BadRequest(CodeInvalidJSON, "", fmt.Sprintf("We could not parse the JSON body of your request: %s at byte %d.", se.Error(), se.Offset))
+		return apierr.BadRequest(apierr.CodeInvalidJSON, "", fmt.Sprintf("We could not parse the JSON body of your request: %s at byte %d.", se.Error(), se.Offset))
 	}
-	return BadRequest(CodeInvalidJSON, "", "We could not parse the JSON body of your request.")
+	return apierr.BadRequest(apierr.CodeInvalidJSON, "", "We could not parse the JSON body of your request.")
 }
 
 func goTypeName(t string) string {
@@ -126,17 +128,17 @@ func peekRoute(body []byte) (model string, stream bool, err error) {
 func modelOf(probe map[string]json.RawMessage) (string, error) {
 	raw, ok := probe["model"]
 	if !ok {
-		return "", BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return "", apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", BadRequest(CodeInvalidType, "model", "Invalid type for 'model': expected a string.")
+		return "", apierr.BadRequest(apierr.CodeInvalidType, "model", "Invalid type for 'model': expected a string.")
 	}
 	if s == "" {
-		return "", BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return "", apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
 	if len(s) > 256 {
-		return "", BadRequest(CodeInvalidValue, "model", "The model id is longer than 256 characters.")
+		return "", apierr.BadRequest(apierr.CodeInvalidValue, "model", "The model id is longer than 256 characters.")
 	}
 	return s, nil
 }
@@ -188,7 +190,7 @@ func (s *Server) meshModel(w http.ResponseWriter, r *http.Request, id string) (M
 	}
 	m, ok := s.opt.Backend.Model(id)
 	if !ok {
-		WriteError(w, ModelNotFound(id))
+		apierr.Write(w, ModelNotFound(id))
 	}
 	return m, ok
 }

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 func TestParseEmbeddings(t *testing.T) {
@@ -34,31 +36,31 @@ func TestParseEmbeddings(t *testing.T) {
 		}
 	}
 	bad := []struct{ body, code, param string }{
-		{``, CodeInvalidJSON, ""},
-		{`null`, CodeInvalidJSON, ""},
-		{`{"model":"m","input":"x"} {}`, CodeInvalidJSON, ""},
-		{`{"model":"m","input":"x"`, CodeInvalidJSON, ""},
-		{`{"input":"x"}`, CodeMissingParam, "model"},
-		{`{"model":"m"}`, CodeMissingParam, "input"},
-		{`{"model":"m","input":null}`, CodeMissingParam, "input"},
-		{`{"model":"m","input":""}`, CodeInvalidValue, "input"},
-		{`{"model":"m","input":[]}`, CodeInvalidValue, "input"},
-		{`{"model":"m","input":[[]]}`, CodeInvalidValue, "input"},
-		{`{"model":"m","input":[-1]}`, CodeInvalidValue, "input"},
-		{`{"model":"m","input":[1.5]}`, CodeInvalidType, "input"},
-		{`{"model":"m","input":{"a":1}}`, CodeInvalidType, "input"},
-		{`{"model":["m"],"input":"x"}`, CodeInvalidType, "model"},
-		{`{"model":"m","input":"x","dimensions":"4"}`, CodeInvalidType, "dimensions"},
-		{`{"model":"m","input":"x","dimensions":0}`, CodeInvalidValue, "dimensions"},
-		{`{"model":"m","input":"x","encoding_format":"hex"}`, CodeInvalidValue, "encoding_format"},
-		{`{"model":"m","input":"x","extra":true}`, CodeUnknownParam, "extra"},
-		{`{"model":"` + strings.Repeat("m", 300) + `","input":"x"}`, CodeInvalidValue, "model"},
+		{``, apierr.CodeInvalidJSON, ""},
+		{`null`, apierr.CodeInvalidJSON, ""},
+		{`{"model":"m","input":"x"} {}`, apierr.CodeInvalidJSON, ""},
+		{`{"model":"m","input":"x"`, apierr.CodeInvalidJSON, ""},
+		{`{"input":"x"}`, apierr.CodeMissingParam, "model"},
+		{`{"model":"m"}`, apierr.CodeMissingParam, "input"},
+		{`{"model":"m","input":null}`, apierr.CodeMissingParam, "input"},
+		{`{"model":"m","input":""}`, apierr.CodeInvalidValue, "input"},
+		{`{"model":"m","input":[]}`, apierr.CodeInvalidValue, "input"},
+		{`{"model":"m","input":[[]]}`, apierr.CodeInvalidValue, "input"},
+		{`{"model":"m","input":[-1]}`, apierr.CodeInvalidValue, "input"},
+		{`{"model":"m","input":[1.5]}`, apierr.CodeInvalidType, "input"},
+		{`{"model":"m","input":{"a":1}}`, apierr.CodeInvalidType, "input"},
+		{`{"model":["m"],"input":"x"}`, apierr.CodeInvalidType, "model"},
+		{`{"model":"m","input":"x","dimensions":"4"}`, apierr.CodeInvalidType, "dimensions"},
+		{`{"model":"m","input":"x","dimensions":0}`, apierr.CodeInvalidValue, "dimensions"},
+		{`{"model":"m","input":"x","encoding_format":"hex"}`, apierr.CodeInvalidValue, "encoding_format"},
+		{`{"model":"m","input":"x","extra":true}`, apierr.CodeUnknownParam, "extra"},
+		{`{"model":"` + strings.Repeat("m", 300) + `","input":"x"}`, apierr.CodeInvalidValue, "model"},
 	}
 	for _, c := range bad {
 		_, err := parseEmbeddings([]byte(c.body))
-		var ae *APIError
+		var ae *apierr.Error
 		if !errors.As(err, &ae) {
-			t.Errorf("%.50s: want APIError, got %v", c.body, err)
+			t.Errorf("%.50s: want apierr.Error, got %v", c.body, err)
 			continue
 		}
 		if ae.Status != 400 || ae.Code != c.code || (c.param == "" && ae.Param != nil) || (c.param != "" && ae.Param != c.param) {
@@ -68,7 +70,7 @@ func TestParseEmbeddings(t *testing.T) {
 }
 
 // FuzzParseEmbeddings: no input may panic, and every rejection is a 400
-// APIError with a message.
+// apierr.Error with a message.
 func FuzzParseEmbeddings(f *testing.F) {
 	for _, s := range []string{`{"model":"m","input":"x"}`, `{"model":"m","input":[[1,2],[3]]}`, `{"model":"m","input":["a"],"dimensions":3,"encoding_format":"base64"}`, `[`, `{"input":[1e99]}`} {
 		f.Add([]byte(s))

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -44,13 +45,13 @@ func parseEmbeddings(body []byte) (*parsedEmbeddings, error) {
 		return nil, err
 	}
 	if req.Model == "" {
-		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
 	if len(req.Model) > 256 {
-		return nil, BadRequest(CodeInvalidValue, "model", "The model id is longer than 256 characters.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "model", "The model id is longer than 256 characters.")
 	}
 	if len(req.User) > 256 {
-		return nil, BadRequest(CodeInvalidValue, "user", "'user' is longer than 256 characters.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "user", "'user' is longer than 256 characters.")
 	}
 	p := &parsedEmbeddings{Model: req.Model}
 	switch req.EncodingFormat {
@@ -58,11 +59,11 @@ func parseEmbeddings(body []byte) (*parsedEmbeddings, error) {
 	case "base64":
 		p.Base64 = true
 	default:
-		return nil, BadRequest(CodeInvalidValue, "encoding_format", fmt.Sprintf("'%s' is not one of ['float', 'base64'] - 'encoding_format'", req.EncodingFormat))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "encoding_format", fmt.Sprintf("'%s' is not one of ['float', 'base64'] - 'encoding_format'", req.EncodingFormat))
 	}
 	if req.Dimensions != nil {
 		if *req.Dimensions < 1 {
-			return nil, BadRequest(CodeInvalidValue, "dimensions", "'dimensions' must be at least 1.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "dimensions", "'dimensions' must be at least 1.")
 		}
 		p.Dimensions = *req.Dimensions
 	}
@@ -76,7 +77,7 @@ func parseEmbeddings(body []byte) (*parsedEmbeddings, error) {
 // an array of token-id arrays.
 func parseInput(raw json.RawMessage, p *parsedEmbeddings) error {
 	if len(raw) == 0 || string(raw) == "null" {
-		return BadRequest(CodeMissingParam, "input", "You must provide an input parameter.")
+		return apierr.BadRequest(apierr.CodeMissingParam, "input", "You must provide an input parameter.")
 	}
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
@@ -86,7 +87,7 @@ func parseInput(raw json.RawMessage, p *parsedEmbeddings) error {
 	var many []string
 	if json.Unmarshal(raw, &many) == nil {
 		if len(many) == 0 {
-			return BadRequest(CodeInvalidValue, "input", "'input' must not be an empty array.")
+			return apierr.BadRequest(apierr.CodeInvalidValue, "input", "'input' must not be an empty array.")
 		}
 		p.Texts = many
 		return checkTexts(p.Texts)
@@ -99,24 +100,24 @@ func parseInput(raw json.RawMessage, p *parsedEmbeddings) error {
 	var idss [][]int64
 	if json.Unmarshal(raw, &idss) == nil {
 		if len(idss) == 0 {
-			return BadRequest(CodeInvalidValue, "input", "'input' must not be an empty array.")
+			return apierr.BadRequest(apierr.CodeInvalidValue, "input", "'input' must not be an empty array.")
 		}
 		p.Tokens = idss
 		return checkTokens(p.Tokens)
 	}
-	return BadRequest(CodeInvalidType, "input", "'input' must be a string, an array of strings, an array of integers, or an array of integer arrays.")
+	return apierr.BadRequest(apierr.CodeInvalidType, "input", "'input' must be a string, an array of strings, an array of integers, or an array of integer arrays.")
 }
 
 func checkTexts(ts []string) error {
 	if len(ts) > MaxEmbeddingInputs {
-		return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(ts), MaxEmbeddingInputs))
+		return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(ts), MaxEmbeddingInputs))
 	}
 	for i, t := range ts {
 		if t == "" {
-			return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is an empty string.", i))
+			return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is an empty string.", i))
 		}
 		if len(t) > MaxEmbeddingInputLen {
-			return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is longer than %d bytes.", i, MaxEmbeddingInputLen))
+			return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is longer than %d bytes.", i, MaxEmbeddingInputLen))
 		}
 	}
 	return nil
@@ -124,18 +125,18 @@ func checkTexts(ts []string) error {
 
 func checkTokens(tss [][]int64) error {
 	if len(tss) > MaxEmbeddingInputs {
-		return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(tss), MaxEmbeddingInputs))
+		return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input' has %d items; at most %d are allowed.", len(tss), MaxEmbeddingInputs))
 	}
 	for i, ts := range tss {
 		if len(ts) == 0 {
-			return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is an empty token array.", i))
+			return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' is an empty token array.", i))
 		}
 		if len(ts) > MaxEmbeddingTokens {
-			return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' has more than %d tokens.", i, MaxEmbeddingTokens))
+			return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' has more than %d tokens.", i, MaxEmbeddingTokens))
 		}
 		for _, id := range ts {
 			if id < 0 || id > math.MaxInt32 {
-				return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' has token id %d out of range.", i, id))
+				return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("'input[%d]' has token id %d out of range.", i, id))
 			}
 		}
 	}
@@ -159,11 +160,11 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.Dimensions > 0 {
 		if p.Dimensions > emb.MaxDimensions() {
-			WriteError(w, BadRequest(CodeInvalidValue, "dimensions", fmt.Sprintf("'dimensions' is %d; model %s has %d.", p.Dimensions, m.ID, emb.MaxDimensions())))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "dimensions", fmt.Sprintf("'dimensions' is %d; model %s has %d.", p.Dimensions, m.ID, emb.MaxDimensions())))
 			return
 		}
 		if p.Dimensions < emb.MaxDimensions() && !emb.TruncatableDimensions() {
-			WriteError(w, BadRequest(CodeInvalidValue, "dimensions", fmt.Sprintf("Model %s does not support 'dimensions'.", m.ID)))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "dimensions", fmt.Sprintf("Model %s does not support 'dimensions'.", m.ID)))
 			return
 		}
 	}

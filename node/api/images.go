@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -87,12 +88,6 @@ type parsedImages struct {
 	Local localImages
 }
 
-// parseImages validates an image generation body against the spec's
-// ranges. Which operations a model supports is checked in the handler.
-func parseImages(body []byte) (*parsedImages, error) {
-	return parseImageBody(body, false)
-}
-
 // promptOptional are the operations that may come without a prompt when
 // parseImageBody allows it.
 func promptOptional(op string) bool {
@@ -107,23 +102,23 @@ func parseImageBody(body []byte, optionalPrompt bool) (*parsedImages, error) {
 		return nil, err
 	}
 	if in.Model == "" {
-		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
 	if in.Prompt == nil && optionalPrompt && promptOptional(in.Operation) {
 		in.Prompt = new(string)
 	}
 	if in.Prompt == nil || (*in.Prompt == "" && !(optionalPrompt && promptOptional(in.Operation))) {
-		return nil, BadRequest(CodeMissingParam, "prompt", "You must provide a prompt.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "prompt", "You must provide a prompt.")
 	}
 	if utf8.RuneCountInString(*in.Prompt) > MaxImagePrompt {
-		return nil, BadRequest(CodeInvalidValue, "prompt", fmt.Sprintf("The prompt is longer than %d characters.", MaxImagePrompt))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "prompt", fmt.Sprintf("The prompt is longer than %d characters.", MaxImagePrompt))
 	}
 	n := 1
 	if in.N != nil {
 		n = *in.N
 	}
 	if n < 1 || n > MaxImagesPerRequest {
-		return nil, BadRequest(CodeInvalidValue, "n", fmt.Sprintf("'n' must be between 1 and %d.", MaxImagesPerRequest))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "n", fmt.Sprintf("'n' must be between 1 and %d.", MaxImagesPerRequest))
 	}
 	size := in.Size
 	if size == "" {
@@ -132,32 +127,32 @@ func parseImageBody(body []byte, optionalPrompt bool) (*parsedImages, error) {
 	var w, h int
 	if k, err := fmt.Sscanf(size, "%dx%d", &w, &h); err != nil || k != 2 || fmt.Sprintf("%dx%d", w, h) != size ||
 		w < minImageSide || h < minImageSide || w > maxImageSide || h > maxImageSide {
-		return nil, BadRequest(CodeInvalidValue, "size", fmt.Sprintf("'size' must be WIDTHxHEIGHT with %d to %d pixels per side.", minImageSide, maxImageSide))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "size", fmt.Sprintf("'size' must be WIDTHxHEIGHT with %d to %d pixels per side.", minImageSide, maxImageSide))
 	}
 	switch in.ResponseFormat {
 	case "", "b64_json":
 	case "url":
-		return nil, BadRequest(CodeInvalidValue, "response_format", "URLs are not supported; images are returned as b64_json.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "response_format", "URLs are not supported; images are returned as b64_json.")
 	default:
-		return nil, BadRequest(CodeInvalidValue, "response_format", fmt.Sprintf("'%s' is not one of ['b64_json'].", in.ResponseFormat))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "response_format", fmt.Sprintf("'%s' is not one of ['b64_json'].", in.ResponseFormat))
 	}
 	if in.Strength != nil && (*in.Strength < 0 || *in.Strength > 1) {
-		return nil, BadRequest(CodeInvalidValue, "strength", "'strength' must be between 0 and 1.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "strength", "'strength' must be between 0 and 1.")
 	}
 	if in.UpscaleFactor != nil && *in.UpscaleFactor != 2 && *in.UpscaleFactor != 4 {
-		return nil, BadRequest(CodeInvalidValue, "upscale_factor", "'upscale_factor' must be 2 or 4.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "upscale_factor", "'upscale_factor' must be 2 or 4.")
 	}
 	if in.ControlType != "" && in.ControlType != "canny" && in.ControlType != "depth" {
-		return nil, BadRequest(CodeInvalidValue, "control_type", fmt.Sprintf("'%s' is not one of ['canny', 'depth'].", in.ControlType))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "control_type", fmt.Sprintf("'%s' is not one of ['canny', 'depth'].", in.ControlType))
 	}
 	if in.LayerCount != nil && *in.LayerCount < 1 {
-		return nil, BadRequest(CodeInvalidValue, "layer_count", "'layer_count' must be at least 1.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "layer_count", "'layer_count' must be at least 1.")
 	}
 	for _, o := range []struct{ name, v string }{
 		{"quality", in.Quality}, {"style", in.Style}, {"background", in.Background}, {"output_format", in.OutputFormat}, {"user", in.User},
 	} {
 		if len(o.v) > maxImageOption {
-			return nil, BadRequest(CodeInvalidValue, o.name, fmt.Sprintf("'%s' is longer than %d characters.", o.name, maxImageOption))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, o.name, fmt.Sprintf("'%s' is longer than %d characters.", o.name, maxImageOption))
 		}
 	}
 	local, err := parseLocalImages(&in, w, h)
@@ -173,7 +168,7 @@ func parseImageBody(body []byte, optionalPrompt bool) (*parsedImages, error) {
 	switch {
 	case in.Operation != "":
 		if !slices.Contains(imageOperations, in.Operation) {
-			return nil, BadRequest(CodeInvalidValue, "operation", fmt.Sprintf("'%s' is not one of %q.", in.Operation, imageOperations))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "operation", fmt.Sprintf("'%s' is not one of %q.", in.Operation, imageOperations))
 		}
 		p.Operation, p.OperationParam = in.Operation, "operation"
 	case in.Mask != nil:
@@ -225,7 +220,7 @@ func (s *Server) imagesGenerations(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.Operation != "" {
 		// Provider image models make images from text only.
-		WriteError(w, BadRequest(CodeInvalidValue, p.OperationParam, fmt.Sprintf("Model %s does not support %s; it makes images from a text prompt only.", m.ID, p.Operation)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, p.OperationParam, fmt.Sprintf("Model %s does not support %s; it makes images from a text prompt only.", m.ID, p.Operation)))
 		return
 	}
 	res, err := gen.GenerateImages(r.Context(), p.Req)
@@ -300,32 +295,32 @@ func parseLocalImages(in *imageRequest, w, h int) (localImages, error) {
 		l.Op = engine.OpImg2Img
 	}
 	if needsImage(in.Operation) && (in.Image == nil || *in.Image == "") {
-		return l, BadRequest(CodeMissingParam, "image", fmt.Sprintf("Operation '%s' needs an image (base64 or a data: URL).", in.Operation))
+		return l, apierr.BadRequest(apierr.CodeMissingParam, "image", fmt.Sprintf("Operation '%s' needs an image (base64 or a data: URL).", in.Operation))
 	}
 	if l.Op == engine.OpInpaint && (in.Mask == nil || *in.Mask == "") {
-		return l, BadRequest(CodeMissingParam, "mask", "Operation 'inpaint' needs a mask (white areas are repainted).")
+		return l, apierr.BadRequest(apierr.CodeMissingParam, "mask", "Operation 'inpaint' needs a mask (white areas are repainted).")
 	}
 	if in.Mask != nil && in.Image == nil {
-		return l, BadRequest(CodeMissingParam, "image", "A mask is used with an image; you must provide the image.")
+		return l, apierr.BadRequest(apierr.CodeMissingParam, "image", "A mask is used with an image; you must provide the image.")
 	}
 	if in.OutpaintPercent != nil {
 		if p := *in.OutpaintPercent; !(p > 0 && p <= engine.MaxOutpaintPercent) {
-			return l, BadRequest(CodeInvalidValue, "outpaint_percent", fmt.Sprintf("'outpaint_percent' must be above 0 and at most %d (percent of each side).", engine.MaxOutpaintPercent))
+			return l, apierr.BadRequest(apierr.CodeInvalidValue, "outpaint_percent", fmt.Sprintf("'outpaint_percent' must be above 0 and at most %d (percent of each side).", engine.MaxOutpaintPercent))
 		}
 		l.OutpaintPercent = *in.OutpaintPercent
 	}
 	if in.ControlScale != nil && (*in.ControlScale < 0 || *in.ControlScale > engine.MaxControlScale) {
-		return l, BadRequest(CodeInvalidValue, "control_scale", fmt.Sprintf("'control_scale' must be between 0 and %d.", engine.MaxControlScale))
+		return l, apierr.BadRequest(apierr.CodeInvalidValue, "control_scale", fmt.Sprintf("'control_scale' must be between 0 and %d.", engine.MaxControlScale))
 	}
 	if in.LayerCount != nil {
 		if *in.LayerCount > engine.MaxLayerCount {
-			return l, BadRequest(CodeInvalidValue, "layer_count", fmt.Sprintf("'layer_count' must be between 1 and %d.", engine.MaxLayerCount))
+			return l, apierr.BadRequest(apierr.CodeInvalidValue, "layer_count", fmt.Sprintf("'layer_count' must be between 1 and %d.", engine.MaxLayerCount))
 		}
 		l.LayerCount = *in.LayerCount
 	}
 	if in.Steps != nil {
 		if *in.Steps < 1 || *in.Steps > maxImageSteps {
-			return l, BadRequest(CodeInvalidValue, "num_inference_steps", fmt.Sprintf("'num_inference_steps' must be between 1 and %d.", maxImageSteps))
+			return l, apierr.BadRequest(apierr.CodeInvalidValue, "num_inference_steps", fmt.Sprintf("'num_inference_steps' must be between 1 and %d.", maxImageSteps))
 		}
 		l.Steps = *in.Steps
 	}
@@ -334,19 +329,19 @@ func parseLocalImages(in *imageRequest, w, h int) (localImages, error) {
 		v    *float64
 	}{{"guidance_scale", in.GuidanceScale}, {"image_guidance_scale", in.ImageGuidanceScale}} {
 		if g.v != nil && (*g.v < 0 || *g.v > maxImageGuidance) {
-			return l, BadRequest(CodeInvalidValue, g.name, fmt.Sprintf("'%s' must be between 0 and %d.", g.name, maxImageGuidance))
+			return l, apierr.BadRequest(apierr.CodeInvalidValue, g.name, fmt.Sprintf("'%s' must be between 0 and %d.", g.name, maxImageGuidance))
 		}
 	}
 	if in.NegativePrompt != nil {
 		if utf8.RuneCountInString(*in.NegativePrompt) > MaxImagePrompt {
-			return l, BadRequest(CodeInvalidValue, "negative_prompt", fmt.Sprintf("The negative prompt is longer than %d characters.", MaxImagePrompt))
+			return l, apierr.BadRequest(apierr.CodeInvalidValue, "negative_prompt", fmt.Sprintf("The negative prompt is longer than %d characters.", MaxImagePrompt))
 		}
 		l.NegativePrompt = *in.NegativePrompt
 	}
 	if len(in.ReferenceImages) > 0 && string(in.ReferenceImages) != "null" {
 		var refs []json.RawMessage
 		if err := json.Unmarshal(in.ReferenceImages, &refs); err != nil {
-			return l, BadRequest(CodeInvalidType, "reference_images", "'reference_images' must be an array of base64 images.")
+			return l, apierr.BadRequest(apierr.CodeInvalidType, "reference_images", "'reference_images' must be an array of base64 images.")
 		}
 		l.References = len(refs)
 	}
@@ -417,7 +412,7 @@ func (g *ImageGate) Acquire(ctx context.Context) (func(), error) {
 	if g.queued >= g.maxQueue {
 		retry := g.retryAfterLocked()
 		g.mu.Unlock()
-		e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeOverloaded, "", "Image generation is busy on this server; retry later.")
+		e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeOverloaded, "", "Image generation is busy on this server; retry later.")
 		e.RetryAfter = retry
 		return nil, e
 	}
@@ -483,7 +478,7 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 		return
 	}
 	if l.References > 0 {
-		WriteError(w, BadRequest(CodeInvalidValue, "reference_images", fmt.Sprintf("Model %s takes no reference images.", op.ID())))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "reference_images", fmt.Sprintf("Model %s takes no reference images.", op.ID())))
 		return
 	}
 	if g, ok := s.opt.Backend.(ImageGater); ok && g.ImageGate() != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/diffusion"
 	"github.com/infermesh/infermesh/node/engine/onnx"
@@ -370,7 +371,7 @@ func TestImageGate(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	_, err = g.Acquire(context.Background())
-	ae, isAPI := err.(*APIError)
+	ae, isAPI := err.(*apierr.Error)
 	if !isAPI || ae.Status != http.StatusServiceUnavailable || ae.RetryAfter < 1 {
 		t.Fatalf("third acquire: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -54,14 +55,14 @@ func parseLiveParams(q url.Values) (liveParams, error) {
 		binRate: engine.SpeechSampleRate, jsonRate: liveJSONRate}
 	switch {
 	case p.model == "":
-		return p, BadRequest(CodeMissingParam, "model", "You must provide a model query parameter.")
+		return p, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model query parameter.")
 	case p.language != "" && !languageCode.MatchString(p.language):
-		return p, BadRequest(CodeInvalidValue, "language", "language must be an ISO-639-1 code such as en or de.")
+		return p, apierr.BadRequest(apierr.CodeInvalidValue, "language", "language must be an ISO-639-1 code such as en or de.")
 	}
 	if v := q.Get("sample_rate"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 8000 || n > 48000 {
-			return p, BadRequest(CodeInvalidValue, "sample_rate", "sample_rate must be an integer from 8000 to 48000.")
+			return p, apierr.BadRequest(apierr.CodeInvalidValue, "sample_rate", "sample_rate must be an integer from 8000 to 48000.")
 		}
 		p.binRate, p.jsonRate = n, n
 	}
@@ -113,12 +114,12 @@ func (s *Server) liveTranscriptions(w http.ResponseWriter, r *http.Request) {
 	}
 	tr := eng.(engine.Transcriber)
 	if p.language != "" && !slices.Contains(tr.Languages(), p.language) {
-		WriteError(w, BadRequest(CodeInvalidValue, "language", fmt.Sprintf("Model %s does not know the language %q.", id, p.language)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "language", fmt.Sprintf("Model %s does not know the language %q.", id, p.language)))
 		return
 	}
 	veng, _, err := s.opt.Backend.TaskEngine(r.Context(), engine.TaskVoiceActivity, "")
 	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, Errorf(http.StatusNotImplemented, TypeInvalidRequest, CodeNoProviderConfigured, "model",
+		apierr.Write(w, apierr.New(http.StatusNotImplemented, apierr.TypeInvalidRequest, apierr.CodeNoProviderConfigured, "model",
 			"Live transcription needs a voice activity detection model (silero-vad) on the node that serves "+id+"."))
 		return
 	}
@@ -384,7 +385,7 @@ func (ls *liveSession) sendError(ctx context.Context, item string, err error) er
 		msg = ie.Error()
 	}
 	return ls.send(ctx, map[string]any{"type": "error", "error": map[string]any{
-		"type": TypeServer, "code": CodeInternal, "message": msg, "item_id": item}})
+		"type": apierr.TypeServer, "code": apierr.CodeInternal, "message": msg, "item_id": item}})
 }
 
 // send writes one server event with a fresh event_id.

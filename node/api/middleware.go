@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // RequestIDPattern defines a well-formed caller X-Request-Id: 1 to 128
@@ -124,7 +125,7 @@ func (s *Server) common(next http.Handler) http.Handler {
 				}
 				s.log.Error("handler panic", "request_id", id, "panic", p, "stack", string(debug.Stack()))
 				if tw.status == 0 {
-					WriteError(tw, Errorf(http.StatusInternalServerError, TypeServer, CodeInternal, "", "The server had an error while processing your request."))
+					apierr.Write(tw, apierr.New(http.StatusInternalServerError, apierr.TypeServer, apierr.CodeInternal, "", "The server had an error while processing your request."))
 				}
 			}
 			route := routePattern(r)
@@ -187,7 +188,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 func (s *Server) refuseWhileDraining(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && s.opt.Backend.Draining() && !s.routedModelRoute(r) {
-			WriteError(w, drainingError())
+			apierr.Write(w, drainingError())
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -203,8 +204,8 @@ func (s *Server) routedModelRoute(r *http.Request) bool {
 
 // drainingError is the 503 for work no live node can take because its
 // node (or every holder of its model) is draining.
-func drainingError() *APIError {
-	e := Errorf(http.StatusServiceUnavailable, TypeServer, CodeDraining, "", "This node is draining and no other node can take the request; retry shortly.")
+func drainingError() *apierr.Error {
+	e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeDraining, "", "This node is draining and no other node can take the request; retry shortly.")
 	e.RetryAfter = 1
 	return e
 }
@@ -218,7 +219,7 @@ func (s *Server) recoverOnly(next http.Handler) http.Handler {
 					panic(p)
 				}
 				s.log.Error("local handler panic", "panic", p, "stack", string(debug.Stack()))
-				WriteError(w, Errorf(http.StatusInternalServerError, TypeServer, CodeInternal, "", "The server had an error while processing your request."))
+				apierr.Write(w, apierr.New(http.StatusInternalServerError, apierr.TypeServer, apierr.CodeInternal, "", "The server had an error while processing your request."))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -234,7 +235,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, e := s.opt.Admission.Authenticate(r)
 		if e != nil {
-			WriteError(w, e)
+			apierr.Write(w, e)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
@@ -243,7 +244,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 // admit counts a request toward the caller's limits; nil done means no
 // accounting is configured.
-func (s *Server) admit(r *http.Request, model string, body []byte) (func(Served), *APIError) {
+func (s *Server) admit(r *http.Request, model string, body []byte) (func(Served), *apierr.Error) {
 	if s.opt.Admission == nil {
 		return nil, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 type modelObject struct {
@@ -38,7 +39,7 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	}
 	m, ok := s.opt.Backend.Model(id)
 	if !ok {
-		WriteError(w, ModelNotFound(id))
+		apierr.Write(w, ModelNotFound(id))
 		return
 	}
 	markDeprecated(w, m)

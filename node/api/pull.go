@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
-
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -26,7 +26,7 @@ type ModelHub interface {
 	Provenance(id string) (ModelCard, bool)
 	// PullAllowed checks governance and lifecycle policy for a pull of key;
 	// nil means allowed.
-	PullAllowed(key string) *APIError
+	PullAllowed(key string) *apierr.Error
 	// Pull starts (or joins) a pull of key on this node. An unknown key
 	// wraps ErrModelNotFound.
 	Pull(key string) (PullJob, error)
@@ -70,26 +70,16 @@ func parsePull(body []byte) (pullRequest, error) {
 		return p, err
 	}
 	if p.ModelKey == "" {
-		return p, BadRequest(CodeMissingParam, "model_key", "You must provide a model_key parameter.")
+		return p, apierr.BadRequest(apierr.CodeMissingParam, "model_key", "You must provide a model_key parameter.")
 	}
 	if len(p.ModelKey) > 256 {
-		return p, BadRequest(CodeInvalidValue, "model_key", "The model_key is longer than 256 characters.")
+		return p, apierr.BadRequest(apierr.CodeInvalidValue, "model_key", "The model_key is longer than 256 characters.")
 	}
 	if len(p.Node) > 63 {
-		return p, BadRequest(CodeInvalidValue, "node", "The node id is longer than 63 characters.")
+		return p, apierr.BadRequest(apierr.CodeInvalidValue, "node", "The node id is longer than 63 characters.")
 	}
 	return p, nil
 }
-
-// Error codes of the model routes.
-const (
-	CodeModelBlocked      = "model_blocked"
-	CodeCardNotFound      = "model_card_not_found"
-	CodeNodeNotFound      = "node_not_found"
-	CodeDeleteRefused     = "model_delete_refused"
-	CodePermissionDenied  = "permission_denied"
-	CodeCatalogNotEnabled = "catalog_unavailable"
-)
 
 func (s *Server) hubRoutes(r chi.Router) {
 	r.Get("/models/catalog", s.catalog)
@@ -105,7 +95,7 @@ func (s *Server) hubRoutes(r chi.Router) {
 
 func (s *Server) hub(w http.ResponseWriter) (ModelHub, bool) {
 	if s.opt.Hub == nil {
-		WriteError(w, Errorf(http.StatusNotImplemented, TypeNotImplemented, CodeCatalogNotEnabled, "", "This server has no model catalogue."))
+		apierr.Write(w, apierr.New(http.StatusNotImplemented, apierr.TypeNotImplemented, apierr.CodeCatalogNotEnabled, "", "This server has no model catalogue."))
 		return nil, false
 	}
 	return s.opt.Hub, true
@@ -157,7 +147,7 @@ func (s *Server) provenance(w http.ResponseWriter, r *http.Request) {
 	id := modelIDParam(r)
 	card, found := h.Provenance(id)
 	if !found {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeCardNotFound, "id",
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeCardNotFound, "id",
 			fmt.Sprintf("No model card is registered for '%s'.", id)))
 		return
 	}
@@ -167,7 +157,7 @@ func (s *Server) provenance(w http.ResponseWriter, r *http.Request) {
 // refuseDelete answers the client delete route: models are removed by
 // operators on the node itself (`infermesh models rm`).
 func (s *Server) refuseDelete(w http.ResponseWriter, r *http.Request) {
-	WriteError(w, Errorf(http.StatusForbidden, TypePermission, CodeDeleteRefused, "",
+	apierr.Write(w, apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeDeleteRefused, "",
 		"Models cannot be deleted through the API; an operator removes them with `infermesh models rm` on the node itself."))
 }
 
@@ -181,7 +171,7 @@ func (s *Server) removeModel(w http.ResponseWriter, r *http.Request) {
 	}
 	host, _, _ := net.SplitHostPort(r.RemoteAddr)
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || r.Header.Get("X-Forwarded-For") != "" {
-		WriteError(w, Errorf(http.StatusForbidden, TypePermission, CodePermissionDenied, "",
+		apierr.Write(w, apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodePermissionDenied, "",
 			"Models are removed only from the node's own computer (`infermesh models rm`)."))
 		return
 	}
@@ -211,7 +201,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e := h.PullAllowed(req.ModelKey); e != nil {
-		WriteError(w, e)
+		apierr.Write(w, e)
 		return
 	}
 	remote := req.Node != "" && req.Node != s.opt.NodeID
@@ -222,14 +212,14 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 			known = known || m.ID == req.Node
 		}
 		if !known || !canPin {
-			WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeNodeNotFound, "node",
+			apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeNodeNotFound, "node",
 				fmt.Sprintf("No node '%s' is a member of this mesh.", req.Node)))
 			return
 		}
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	if done, e := s.admit(r, req.ModelKey, nil); e != nil {
-		WriteError(w, e)
+		apierr.Write(w, e)
 		return
 	} else if done != nil {
 		defer func() { done(Served{Status: sw.code()}) }()
@@ -261,7 +251,7 @@ func (s *Server) streamPull(w http.ResponseWriter, r *http.Request, h ModelHub, 
 	job, err := h.Pull(key)
 	if err != nil {
 		if errors.Is(err, ErrModelNotFound) {
-			WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound, "model_key", err.Error()))
+			apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeModelNotFound, "model_key", err.Error()))
 			return
 		}
 		writeErr(w, err)

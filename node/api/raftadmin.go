@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // RaftAdmin is the raft configuration as an operator sees and repairs it
@@ -74,9 +75,9 @@ func (s *Server) raftAdminRoutes(r chi.Router) {
 		case err == nil:
 			writeJSON(w, http.StatusOK, map[string]any{"object": "raft_peer", "id": id, "removed": true})
 		case errors.Is(err, ErrNotFound):
-			WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, "raft_peer_not_found", "id", err.Error()))
+			apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeRaftPeerNotFound, "id", err.Error()))
 		case errors.Is(err, ErrInvalid):
-			WriteError(w, BadRequest(CodeInvalidValue, "id", err.Error()))
+			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "id", err.Error()))
 		default:
 			governanceError(w, err)
 		}

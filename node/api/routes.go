@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -23,14 +24,14 @@ func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.common, s.gateBodies, s.cors, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowedMethods(r.URL.Path); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		WriteError(w, Errorf(http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed, "",
+		apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.TypeInvalidRequest, apierr.CodeMethodNotAllowed, "",
 			fmt.Sprintf("Method %s is not allowed for %s.", r.Method, r.URL.Path)))
 	})
 
@@ -108,7 +109,7 @@ func (s *Server) localRoutes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.recoverOnly)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, Errorf(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
 	})
 	r.Route("/v1", func(r chi.Router) {
@@ -170,13 +171,13 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		m, verdict := s.opt.Backend.Route(model, defaultTask)
 		switch verdict {
 		case VerdictBlocked:
-			WriteError(w, Errorf(http.StatusForbidden, TypePermission, CodeModelBlocked, "model",
+			apierr.Write(w, apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeModelBlocked, "model",
 				fmt.Sprintf("The model '%s' is blocked by the pool policy.", model)))
 			return
 		case VerdictDraining:
 			// Every node that holds the model is draining (this one
 			// included): a retry elsewhere or later will find one.
-			WriteError(w, drainingError())
+			apierr.Write(w, drainingError())
 			return
 		case VerdictLocal:
 			h(w, r)
@@ -191,7 +192,7 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		sw := &statusWriter{ResponseWriter: w}
 		done, e := s.admit(r, m.ID, body)
 		if e != nil {
-			WriteError(w, e)
+			apierr.Write(w, e)
 			return
 		}
 		var served Served

@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/audioenc"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/imagecodec"
@@ -192,13 +193,13 @@ type Dispatcher interface {
 type Admission interface {
 	// Authenticate returns the request's context with the caller in it, or
 	// the error to answer with (401, 403, 429).
-	Authenticate(r *http.Request) (context.Context, *APIError)
+	Authenticate(r *http.Request) (context.Context, *apierr.Error)
 	// Admit counts a request for a model against the caller's limits; the
 	// returned func reports how it ended (status, serving node, usage),
 	// which settles the caller's budget at the real cost. body is the
 	// request body when it was read (for EstimateTokens), else nil. An
 	// error is 429 or 503.
-	Admit(r *http.Request, model string, body []byte) (func(Served), *APIError)
+	Admit(r *http.Request, model string, body []byte) (func(Served), *apierr.Error)
 }
 
 // Options configures the API.
@@ -307,15 +308,15 @@ func (s *Server) Handler() http.Handler { return s.router }
 // default) and its canonical id. When there is none it writes the error,
 // 404 model_not_found naming model for an unknown one, and returns false.
 func (s *Server) taskEngine(w http.ResponseWriter, r *http.Request, task engine.Task, model string) (engine.Engine, string, bool) {
-	return s.engineOr(w, r, task, model, func() *APIError { return ModelNotFound(model) })
+	return s.engineOr(w, r, task, model, func() *apierr.Error { return ModelNotFound(model) })
 }
 
 // engineOr is taskEngine with the answer for a model that is not
 // installed given by notFound.
-func (s *Server) engineOr(w http.ResponseWriter, r *http.Request, task engine.Task, model string, notFound func() *APIError) (engine.Engine, string, bool) {
+func (s *Server) engineOr(w http.ResponseWriter, r *http.Request, task engine.Task, model string, notFound func() *apierr.Error) (engine.Engine, string, bool) {
 	eng, id, err := s.opt.Backend.TaskEngine(r.Context(), task, model)
 	if errors.Is(err, ErrModelNotFound) {
-		WriteError(w, notFound())
+		apierr.Write(w, notFound())
 		return nil, "", false
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/audioenc"
 	"github.com/infermesh/infermesh/node/engine"
 )
@@ -42,27 +43,27 @@ func parseSpeech(body []byte) (*speechRequest, error) {
 func checkSpeech(req *speechRequest) error {
 	switch {
 	case req.Model == "":
-		return BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	case len(req.Model) > 256:
-		return BadRequest(CodeInvalidValue, "model", "The model id is longer than 256 characters.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "model", "The model id is longer than 256 characters.")
 	case strings.TrimSpace(req.Input) == "":
-		return BadRequest(CodeMissingParam, "input", "You must provide the input text.")
+		return apierr.BadRequest(apierr.CodeMissingParam, "input", "You must provide the input text.")
 	case len([]rune(req.Input)) > engine.MaxSpeechInput:
-		return BadRequest(CodeInvalidValue, "input", fmt.Sprintf("input is longer than %d characters.", engine.MaxSpeechInput))
+		return apierr.BadRequest(apierr.CodeInvalidValue, "input", fmt.Sprintf("input is longer than %d characters.", engine.MaxSpeechInput))
 	case len(req.Voice) > 128:
-		return BadRequest(CodeInvalidValue, "voice", "voice is longer than 128 characters.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "voice", "voice is longer than 128 characters.")
 	case len(req.Instructions) > 4096:
-		return BadRequest(CodeInvalidValue, "instructions", "instructions are longer than 4096 characters.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "instructions", "instructions are longer than 4096 characters.")
 	case req.Speed != nil && (math.IsNaN(*req.Speed) || *req.Speed < engine.MinSpeechSpeed || *req.Speed > engine.MaxSpeechSpeed):
-		return BadRequest(CodeInvalidValue, "speed", "speed must be between 0.25 and 4.0.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "speed", "speed must be between 0.25 and 4.0.")
 	}
 	if _, err := audioenc.ParseFormat(req.ResponseFormat); err != nil {
-		return BadRequest(CodeInvalidValue, "response_format", "response_format must be mp3, opus, aac, flac, wav or pcm.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "response_format", "response_format must be mp3, opus, aac, flac, wav or pcm.")
 	}
 	switch req.StreamFormat {
 	case "", "audio", "sse":
 	default:
-		return BadRequest(CodeInvalidValue, "stream_format", "stream_format must be audio or sse.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "stream_format", "stream_format must be audio or sse.")
 	}
 	return nil
 }
@@ -97,7 +98,7 @@ func (f *flushWriter) Write(p []byte) (int, error) {
 func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audioenc.Format, rate int, asSSE bool, chars int,
 	run func(ctx context.Context, emit func([]float32) error) error) {
 	if !s.audio.Available(format) {
-		WriteError(w, BadRequest(CodeInvalidValue, "response_format",
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "response_format",
 			fmt.Sprintf("This node cannot produce %s audio (its encoder is missing); use wav, pcm or flac.", format)))
 		return
 	}
@@ -154,7 +155,7 @@ func (s *Server) streamAudio(w http.ResponseWriter, r *http.Request, format audi
 			enc.Close()
 		}
 		if asSSE {
-			events.data(map[string]any{"type": "error", "error": map[string]any{"message": err.Error(), "type": TypeServer, "code": CodeInternal}})
+			events.data(map[string]any{"type": "error", "error": map[string]any{"message": err.Error(), "type": apierr.TypeServer, "code": apierr.CodeInternal}})
 			return
 		}
 		s.log.Warn("speech stream broke off", "err", err)
@@ -196,7 +197,7 @@ func (s *Server) audioSpeech(w http.ResponseWriter, r *http.Request) {
 func (s *Server) audioVoices(w http.ResponseWriter, r *http.Request) {
 	model := r.URL.Query().Get("model")
 	if model == "" {
-		WriteError(w, BadRequest(CodeMissingParam, "model", "You must provide a model query parameter."))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model query parameter."))
 		return
 	}
 	eng, id, ok := s.taskEngine(w, r, engine.TaskTextToSpeech, model)

@@ -7,6 +7,7 @@ import (
 	"image/png"
 	"net/http"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -36,7 +37,7 @@ func parseImagesOrUpscale(body []byte) (*parsedImages, error) {
 		return parseImageBody(body, true)
 	}
 	if in.Model == "" {
-		return nil, BadRequest(CodeMissingParam, "model", "You must provide a model parameter.")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
 	u, err := parseUpscale(&in)
 	if err != nil {
@@ -50,19 +51,19 @@ func parseImagesOrUpscale(body []byte) (*parsedImages, error) {
 // text-to-image options are refused naming their field.
 func parseUpscale(in *imageRequest) (*upscaleRequest, error) {
 	if in.Image == nil || *in.Image == "" {
-		return nil, BadRequest(CodeMissingParam, "image", "You must provide an image to upscale (base64 or a data: URL).")
+		return nil, apierr.BadRequest(apierr.CodeMissingParam, "image", "You must provide an image to upscale (base64 or a data: URL).")
 	}
 	f := defaultUpscaleFactor
 	if in.UpscaleFactor != nil {
 		f = *in.UpscaleFactor
 	}
 	if f != 2 && f != 4 {
-		return nil, BadRequest(CodeInvalidValue, "upscale_factor", "'upscale_factor' must be 2 or 4.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "upscale_factor", "'upscale_factor' must be 2 or 4.")
 	}
 	switch in.ResponseFormat {
 	case "", "b64_json":
 	default:
-		return nil, BadRequest(CodeInvalidValue, "response_format", fmt.Sprintf("'%s' is not one of ['b64_json'].", in.ResponseFormat))
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "response_format", fmt.Sprintf("'%s' is not one of ['b64_json'].", in.ResponseFormat))
 	}
 	for _, o := range []struct {
 		name string
@@ -72,7 +73,7 @@ func parseUpscale(in *imageRequest) (*upscaleRequest, error) {
 		{"n", in.N != nil && *in.N != 1}, {"layer_count", in.LayerCount != nil}, {"outpaint_percent", in.OutpaintPercent != nil},
 	} {
 		if o.set {
-			return nil, BadRequest(CodeInvalidValue, o.name, fmt.Sprintf("'%s' does not apply to operation 'upscale'.", o.name))
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, o.name, fmt.Sprintf("'%s' does not apply to operation 'upscale'.", o.name))
 		}
 	}
 	return &upscaleRequest{Model: in.Model, Image: *in.Image, Factor: f}, nil
@@ -90,7 +91,7 @@ func (s *Server) imagesUpscale(w http.ResponseWriter, r *http.Request, req *upsc
 	}
 	up, isUp := eng.(engine.Upscaler)
 	if !isUp {
-		WriteError(w, BadRequest(CodeModelNotSupported, "model", fmt.Sprintf("Model %s does not upscale images.", req.Model)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeModelNotSupported, "model", fmt.Sprintf("Model %s does not upscale images.", req.Model)))
 		return
 	}
 	// Upscaling is image work like generation: it takes a turn of the

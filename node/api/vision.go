@@ -6,6 +6,7 @@ import (
 	"image"
 	"net/http"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/imagecodec"
 )
@@ -37,10 +38,10 @@ type detectionsRequest struct {
 
 func checkImageRequest(model, img string) error {
 	if len(model) > 256 {
-		return BadRequest(CodeInvalidValue, "model", "The model id is longer than 256 characters.")
+		return apierr.BadRequest(apierr.CodeInvalidValue, "model", "The model id is longer than 256 characters.")
 	}
 	if img == "" {
-		return BadRequest(CodeMissingParam, "image", "You must provide an image parameter (base64 or a data: URL).")
+		return apierr.BadRequest(apierr.CodeMissingParam, "image", "You must provide an image parameter (base64 or a data: URL).")
 	}
 	return nil
 }
@@ -63,23 +64,23 @@ func parseDetections(faces bool) func(body []byte) (*detectionsRequest, error) {
 			return nil, err
 		}
 		if !faces && req.ReturnEmbeddings {
-			return nil, BadRequest(CodeUnknownParam, "return_embeddings", "return_embeddings is a parameter of /v1/vision/faces.")
+			return nil, apierr.BadRequest(apierr.CodeUnknownParam, "return_embeddings", "return_embeddings is a parameter of /v1/vision/faces.")
 		}
 		if err := checkImageRequest(req.Model, req.Image); err != nil {
 			return nil, err
 		}
 		if t := req.ConfidenceThreshold; t != nil && (*t < 0 || *t > 1) {
-			return nil, BadRequest(CodeInvalidValue, "confidence_threshold", "confidence_threshold must be between 0 and 1.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "confidence_threshold", "confidence_threshold must be between 0 and 1.")
 		}
 		if m := req.MaxResults; m != nil && (*m < 1 || *m > engine.MaxResultsLimit) {
-			return nil, BadRequest(CodeInvalidValue, "max_results", "max_results must be between 1 and 1000.")
+			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "max_results", "max_results must be between 1 and 1000.")
 		}
 		return &req, nil
 	}
 }
 
-func noVisionProvider() *APIError {
-	return Errorf(http.StatusNotImplemented, TypeNotImplemented, CodeNoProviderConfigured, "model",
+func noVisionProvider() *apierr.Error {
+	return apierr.New(http.StatusNotImplemented, apierr.TypeNotImplemented, apierr.CodeNoProviderConfigured, "model",
 		"No vision engine for this endpoint is installed on this mesh.")
 }
 
@@ -94,7 +95,7 @@ func (s *Server) decodeImage(r *http.Request, field string) (image.Image, func()
 // no_provider_configured while the mesh has no model of the task at all,
 // else 404 for an unknown model and 400 for one of another task.
 func (s *Server) visionEngine(w http.ResponseWriter, r *http.Request, task engine.Task, model string) (engine.Engine, string, bool) {
-	return s.engineOr(w, r, task, model, func() *APIError {
+	return s.engineOr(w, r, task, model, func() *apierr.Error {
 		if model == "" || s.opt.Backend.DefaultModel(string(task)) == "" {
 			return noVisionProvider()
 		}
@@ -112,7 +113,7 @@ func (s *Server) runOnImage(w http.ResponseWriter, r *http.Request, field string
 	}
 	defer release()
 	if b := img.Bounds(); b.Dx() < MinImageSide || b.Dy() < MinImageSide {
-		WriteError(w, BadRequest(CodeInvalidValue, "image", fmt.Sprintf("The image is %dx%d pixels; vision routes need at least %dx%d.", b.Dx(), b.Dy(), MinImageSide, MinImageSide)))
+		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "image", fmt.Sprintf("The image is %dx%d pixels; vision routes need at least %dx%d.", b.Dx(), b.Dy(), MinImageSide, MinImageSide)))
 		return
 	}
 	if err := fn(r.Context(), img); err != nil {
@@ -286,7 +287,7 @@ func parseDescribe(body []byte) (*describeRequest, error) {
 		req.Detail = engine.DetailCaption
 	case engine.DetailCaption, engine.DetailDetailed, engine.DetailMore:
 	default:
-		return nil, BadRequest(CodeInvalidValue, "detail", "detail must be caption, detailed or more.")
+		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "detail", "detail must be caption, detailed or more.")
 	}
 	return &req, nil
 }

@@ -3,6 +3,8 @@ package api
 import (
 	"errors"
 	"testing"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 func TestParseDetections(t *testing.T) {
@@ -23,7 +25,7 @@ func TestParseDetections(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := parseDetections(c.faces)([]byte(c.body))
-		var ae *APIError
+		var ae *apierr.Error
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != c.param {
 			t.Errorf("%s: %v, want a 400 naming %s", c.body, err, c.param)
 		}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // ContentType is the media type of an export.
@@ -55,13 +57,13 @@ func ExportHandler(fn ExportFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "Use GET.")
+			writeError(w, http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed, "", "Use GET.")
 			return
 		}
 		q := r.URL.Query()
 		since, err := ParseSince(q.Get("since"), time.Now())
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_value", "since", err.Error())
+			writeError(w, http.StatusBadRequest, apierr.CodeInvalidValue, "since", err.Error())
 			return
 		}
 		local := false
@@ -70,7 +72,7 @@ func ExportHandler(fn ExportFunc) http.HandlerFunc {
 		case "1", "true":
 			local = true
 		default:
-			writeError(w, http.StatusBadRequest, "invalid_value", "local", "local: want 1 or 0")
+			writeError(w, http.StatusBadRequest, apierr.CodeInvalidValue, "local", "local: want 1 or 0")
 			return
 		}
 		w.Header().Set("Content-Type", ContentType)
@@ -81,7 +83,7 @@ func ExportHandler(fn ExportFunc) http.HandlerFunc {
 		sw := &startWriter{w: w}
 		if err := fn(r.Context(), Query{Since: since, Local: local}, sw); err != nil {
 			if !sw.started {
-				writeError(w, http.StatusInternalServerError, "internal_error", "", "audit export failed: "+err.Error())
+				writeError(w, http.StatusInternalServerError, apierr.CodeInternal, "", "audit export failed: "+err.Error())
 				return
 			}
 			panic(http.ErrAbortHandler)
@@ -108,7 +110,7 @@ func KeysHandler(dir KeyDirectory) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "Use GET.")
+			writeError(w, http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed, "", "Use GET.")
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -119,26 +121,14 @@ func KeysHandler(dir KeyDirectory) http.HandlerFunc {
 	}
 }
 
-// writeError writes the OpenAI-style error body the API uses everywhere.
+// writeError writes the OpenAI-style error body the API uses everywhere:
+// invalid_request_error, or server_error for a 5xx status.
 func writeError(w http.ResponseWriter, status int, code, param, msg string) {
-	typ := "invalid_request_error"
+	typ := apierr.TypeInvalidRequest
 	if status >= 500 {
-		typ = "server_error"
+		typ = apierr.TypeServer
 	}
-	body := map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "code": code, "param": nilIfEmpty(param),
-	}}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	b, _ := json.Marshal(body)
-	w.Write(append(b, '\n'))
-}
-
-func nilIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
+	apierr.Write(w, apierr.New(status, typ, code, param, msg))
 }
 
 // ErrorMessage extracts the message of an error body, for clients.

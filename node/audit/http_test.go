@@ -121,3 +121,9 @@ func TestAuditParseSince(t *testing.T) {
 		t.Error("accepted 0s")
 	}
 }
+
+// StaticKeys is a fixed KeyDirectory.
+type StaticKeys map[string]ed25519.PublicKey
+
+// AuditKeys returns the map itself.
+func (s StaticKeys) AuditKeys() map[string]ed25519.PublicKey { return s }

@@ -29,12 +29,6 @@ type KeyDirectory interface {
 	AuditKeys() map[string]ed25519.PublicKey
 }
 
-// StaticKeys is a fixed KeyDirectory.
-type StaticKeys map[string]ed25519.PublicKey
-
-// AuditKeys returns the map itself.
-func (s StaticKeys) AuditKeys() map[string]ed25519.PublicKey { return s }
-
 // LoadOrCreateKey reads the ed25519 private key at path (PEM, PKCS #8),
 // creating it on first use: generated, written to a temporary 0600 file,
 // synced and renamed into place, so a crash never leaves half a key. An

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -134,11 +135,11 @@ var loopbackTable = []string{
 func codeFor(status string) string {
 	switch status {
 	case "401":
-		return CodeInvalidAPIKey
+		return apierr.CodeInvalidAPIKey
 	case "403":
-		return CodePermissionDenied
+		return apierr.CodePermissionDenied
 	case "429":
-		return CodeTooManyFailedAuth
+		return apierr.CodeTooManyFailedAuth
 	}
 	return ""
 }
@@ -300,7 +301,7 @@ func TestKeyHeaders(t *testing.T) {
 	}
 	r := request("POST", "/v1/chat/completions", "203.0.113.1:1", "")
 	r.Header.Set("Authorization", "Basic Zm9vOmJhcg==")
-	if _, d := a.Authenticate(r, "203.0.113.1", nil); d == nil || d.Status != 401 || d.Code != CodeInvalidAPIKey {
+	if _, d := a.Authenticate(r, "203.0.113.1", nil); d == nil || d.Status != 401 || d.Code != apierr.CodeInvalidAPIKey {
 		t.Errorf("basic auth only: %v, want 401 invalid_api_key", d)
 	}
 }
@@ -337,12 +338,12 @@ func TestWrongKeyThrottle(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 	d := attempt(bad, "revoked") // the tenth failure within the window
-	if d == nil || d.Status != 429 || d.Code != CodeTooManyFailedAuth || d.RetryAfter != 60 {
+	if d == nil || d.Status != 429 || d.Code != apierr.CodeTooManyFailedAuth || d.RetryAfter != 60 {
 		t.Fatalf("tenth failure: %+v, want 429 too_many_failed_auth Retry-After 60", d)
 	}
 	// Blocked: even the right key is refused, with the time left.
 	clk.Advance(30 * time.Second)
-	if d := attempt(bad, "plain"); d == nil || d.Status != 429 || d.Code != CodeTooManyFailedAuth || d.RetryAfter != 30 {
+	if d := attempt(bad, "plain"); d == nil || d.Status != 429 || d.Code != apierr.CodeTooManyFailedAuth || d.RetryAfter != 30 {
 		t.Fatalf("valid key while blocked: %+v, want 429 Retry-After 30", d)
 	}
 	if d := attempt(bad, "none"); d == nil || d.Status != 429 {

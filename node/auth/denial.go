@@ -5,22 +5,8 @@ import (
 	"math"
 	"net/http"
 	"time"
-)
 
-// OpenAI error types used by denials (the same strings as node/api's).
-const (
-	TypeAuthentication = "authentication_error"
-	TypePermission     = "permission_error"
-	TypeRateLimit      = "rate_limit_error"
-	TypeServer         = "server_error"
-)
-
-// Error codes of auth denials. 401 invalid_api_key and 403
-// permission_denied follow OpenAI's codes for the same conditions.
-const (
-	CodeInvalidAPIKey     = "invalid_api_key"
-	CodePermissionDenied  = "permission_denied"
-	CodeTooManyFailedAuth = "too_many_failed_auth"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // Denial is a refused request. Its fields map one to one onto the OpenAI
@@ -51,17 +37,17 @@ func RetryAfterSeconds(d time.Duration) int {
 }
 
 func denyKey(msg string) *Denial {
-	return &Denial{Status: http.StatusUnauthorized, Type: TypeAuthentication, Code: CodeInvalidAPIKey, Message: msg}
+	return &Denial{Status: http.StatusUnauthorized, Type: apierr.TypeAuthentication, Code: apierr.CodeInvalidAPIKey, Message: msg}
 }
 
 func denyPermission(msg string) *Denial {
-	return &Denial{Status: http.StatusForbidden, Type: TypePermission, Code: CodePermissionDenied, Message: msg}
+	return &Denial{Status: http.StatusForbidden, Type: apierr.TypePermission, Code: apierr.CodePermissionDenied, Message: msg}
 }
 
 func denyThrottled(wait time.Duration) *Denial {
 	s := RetryAfterSeconds(wait)
 	return &Denial{
-		Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: CodeTooManyFailedAuth, RetryAfter: s,
+		Status: http.StatusTooManyRequests, Type: apierr.TypeRateLimit, Code: apierr.CodeTooManyFailedAuth, RetryAfter: s,
 		Message: fmt.Sprintf("Too many requests with wrong API keys from this address; retry in %d s with a valid key.", s),
 	}
 }

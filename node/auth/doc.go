@@ -3,8 +3,7 @@
 //
 // A request's key comes from "Authorization: Bearer", "api-key" or
 // "x-api-key". It is hashed with SHA-256 and looked up through a KeyStore
-// (the node adapts the replicated consensus state; StaticKeys is an
-// in-memory store). Only hashes are ever looked up or stored.
+// (the node adapts the replicated consensus state). Only hashes are ever looked up or stored.
 //
 // Classify maps a method and path to an endpoint Class, the unit of key
 // allowlists: chat, embeddings, images, audio, vision, models, pull, usage,

@@ -3,8 +3,6 @@ package auth
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"slices"
-	"sync"
 	"time"
 )
 
@@ -55,8 +53,8 @@ type KeyStore interface {
 	KeyByHash(hash [32]byte) (Key, bool)
 }
 
-// HashKey hashes a plaintext key the way stores index it (SHA-256, the same
-// as consensus.HashKey).
+// HashKey hashes a plaintext key the way stores index it (SHA-256, the
+// consensus.KeyHash the replicated key table is indexed by).
 func HashKey(plaintext string) [32]byte { return sha256.Sum256([]byte(plaintext)) }
 
 // NewKey generates a key: KeyPrefix and 43 base62 characters (256 bits from
@@ -78,38 +76,4 @@ func NewKey() (plaintext string, hash [32]byte) {
 	}
 	plaintext = string(b)
 	return plaintext, HashKey(plaintext)
-}
-
-// StaticKeys is an in-memory KeyStore, safe for concurrent use: for tests
-// and for a node whose replicated state is not available yet.
-type StaticKeys struct {
-	mu     sync.RWMutex
-	byHash map[[32]byte]Key
-}
-
-// NewStaticKeys returns a store holding keys.
-func NewStaticKeys(keys ...Key) *StaticKeys {
-	s := &StaticKeys{byHash: make(map[[32]byte]Key, len(keys))}
-	for _, k := range keys {
-		s.Put(k)
-	}
-	return s
-}
-
-// Put adds or replaces the key with k's hash (revoke by putting it back
-// with Revoked set).
-func (s *StaticKeys) Put(k Key) {
-	k.Endpoints = slices.Clone(k.Endpoints)
-	s.mu.Lock()
-	s.byHash[k.Hash] = k
-	s.mu.Unlock()
-}
-
-// KeyByHash implements KeyStore.
-func (s *StaticKeys) KeyByHash(hash [32]byte) (Key, bool) {
-	s.mu.RLock()
-	k, ok := s.byHash[hash]
-	s.mu.RUnlock()
-	k.Endpoints = slices.Clone(k.Endpoints)
-	return k, ok
 }

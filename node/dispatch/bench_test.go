@@ -57,11 +57,11 @@ func newHopBench(b *testing.B) *hopBench {
 	})
 	fronts := map[string]string{}
 	var mu sync.Mutex
-	pol, _ := dispatch.NewStaticPolicy(dispatch.Policy{})
+	pol := fixedPolicy{}
 	c := meshtest.Start(b, meshtest.Options{
 		IDs: []string{"n1", "n2"},
 		// A deployment's gossip, not a test's: memberlist's LAN timers and
-		// the default record interval and heartbeat. TestConfig's timers
+		// the default record interval and heartbeat. meshtest.Config's timers
 		// publish load every 20 ms, which in the same process makes gossip
 		// the largest allocator of the run (its packets, its compression)
 		// and adds to every path's GC time.

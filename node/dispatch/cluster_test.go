@@ -55,10 +55,7 @@ type spec struct {
 
 func start(t *testing.T, s spec) *cluster {
 	t.Helper()
-	pol, err := dispatch.NewStaticPolicy(s.policy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := fixedPolicy(s.policy)
 	c := &cluster{nodes: map[string]*tnode{}}
 	var mu sync.Mutex
 	c.Cluster = meshtest.Start(t, meshtest.Options{

@@ -1,10 +1,10 @@
 package dispatch
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -52,13 +52,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // writeJSONError is the default ErrorWriter: the OpenAI error shape.
 func writeJSONError(w http.ResponseWriter, _ *http.Request, status int, message string) {
-	typ := "server_error"
+	typ := apierr.TypeServer
 	if status == http.StatusServiceUnavailable {
-		typ = "service_unavailable"
+		typ = apierr.TypeServiceUnavailable
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"message": message, "type": typ, "param": nil, "code": nil,
-	}})
+	apierr.Write(w, apierr.New(status, typ, "", "", message))
 }

@@ -3,8 +3,6 @@ package dispatch_test
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/infermesh/infermesh/consensus/routing"
@@ -12,42 +10,10 @@ import (
 	"github.com/infermesh/infermesh/node/dispatch"
 )
 
-func TestParsePolicy(t *testing.T) {
-	p, err := dispatch.ParsePolicy([]byte(`{"strategy":"weighted","nodes":{"n1":{"weight":3},"n2":{"canary":true,"canary_percent":10,"inflight_cap":8}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Strategy != route.Weighted || p.Nodes["n1"].Weight != 3 || !p.Nodes["n2"].Canary || p.Nodes["n2"].CanaryPercent != 10 || p.Nodes["n2"].InflightCap != 8 {
-		t.Fatalf("parsed %+v", p)
-	}
-	for _, bad := range []string{
-		`{"strategy":"fastest"}`,
-		`{"nodes":{"n1":{"canary_percent":101}}}`,
-		`{"nodes":{"n1":{"weight":-1}}}`,
-		`{"strategy":"sticky","typo":1}`,
-		`not json`,
-	} {
-		if _, err := dispatch.ParsePolicy([]byte(bad)); err == nil {
-			t.Fatalf("accepted %s", bad)
-		}
-	}
-	s, err := dispatch.NewStaticPolicy(dispatch.Policy{})
-	if err != nil || s.Policy().Strategy != route.RoundRobin {
-		t.Fatalf("default strategy: %+v %v", s.Policy(), err)
-	}
-	if err := s.Set(dispatch.Policy{Strategy: "Least_Connections"}); err != nil || s.Policy().Strategy != route.LeastConnections {
-		t.Fatalf("set: %+v %v", s.Policy(), err)
-	}
-	if err := s.Set(dispatch.Policy{Strategy: "nope"}); err == nil || s.Policy().Strategy != route.LeastConnections {
-		t.Fatal("a bad policy replaced a good one")
-	}
-	path := filepath.Join(t.TempDir(), "policy.json")
-	os.WriteFile(path, []byte(`{"strategy":"sticky"}`), 0o600)
-	f, err := dispatch.LoadPolicyFile(path)
-	if err != nil || f.Policy().Strategy != route.Sticky {
-		t.Fatalf("file: %v", err)
-	}
-}
+// fixedPolicy is a PolicySource serving one policy.
+type fixedPolicy dispatch.Policy
+
+func (p fixedPolicy) Policy() dispatch.Policy { return dispatch.Policy(p) }
 
 func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
 	c := start(t, spec{

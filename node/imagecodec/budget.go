@@ -76,10 +76,13 @@ func (b *Budget) returnMemory() {
 	go debug.FreeOSMemory()
 }
 
-// DecodeBudgeted is DecodeWithOptions under a Budget: after the header is
+// DecodeBudgeted decodes s, plain base64 (standard or URL alphabet, padded
+// or not) or a `data:image/...;base64,` URL, holding a PNG, JPEG, GIF or
+// WebP image within opts' limits, under a Budget: after the header is
 // read, the image's Cost is reserved (waiting while ctx allows) before its
 // pixels are decoded. The caller calls release when it no longer holds the
 // image or anything derived from it. A nil budget reserves nothing.
+// Caller mistakes are returned as *engine.InputError for "image".
 func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img image.Image, release func(), err error) {
 	opts = opts.withDefaults()
 	payload, err := base64Payload(s)

@@ -131,7 +131,7 @@ func TestDecodeEXIFOrientation(t *testing.T) {
 				if got := jpegOrientation(data); got != o {
 					t.Fatalf("orientation %d (%v): read %d", o, bo, got)
 				}
-				img, err := Decode(base64.StdEncoding.EncodeToString(data), 0)
+				img, err := decode(base64.StdEncoding.EncodeToString(data), 0)
 				if err != nil {
 					t.Fatalf("orientation %d: %v", o, err)
 				}
@@ -196,7 +196,7 @@ func TestDecodeWebP(t *testing.T) {
 				wantN.Set(x, y, want.At(x, y))
 			}
 		}
-		img, err := Decode("data:image/webp;base64,"+base64.StdEncoding.EncodeToString(data), 0)
+		img, err := decode("data:image/webp;base64,"+base64.StdEncoding.EncodeToString(data), 0)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.webp, err)
 		}
@@ -213,7 +213,7 @@ func TestDecodeWebP(t *testing.T) {
 				t.Errorf("%s: mean difference %.1f levels from the original (%.1f upside down), want <= 14 and < a third", tc.webp, d, flipped)
 			}
 		}
-		if _, err := DecodeWithOptions(base64.StdEncoding.EncodeToString(data), Options{MaxPixels: want.Bounds().Dx()*want.Bounds().Dy() - 1}); err == nil {
+		if _, err := decodeOpts(base64.StdEncoding.EncodeToString(data), Options{MaxPixels: want.Bounds().Dx()*want.Bounds().Dy() - 1}); err == nil {
 			t.Errorf("%s: the pixel limit was not applied", tc.webp)
 		}
 	}

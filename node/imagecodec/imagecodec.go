@@ -40,7 +40,7 @@ const (
 // param is the request parameter every caller error names.
 const param = "image"
 
-// Options bounds what DecodeWithOptions accepts.
+// Options bounds what DecodeBudgeted accepts.
 type Options struct {
 	// MaxBytes is the largest accepted image file, in bytes after base64
 	// decoding (DefaultMaxBytes when <= 0).
@@ -58,28 +58,6 @@ func (o Options) withDefaults() Options {
 		o.MaxPixels = DefaultMaxPixels
 	}
 	return o
-}
-
-// Decode decodes s, plain base64 (standard or URL alphabet, padded or not)
-// or a `data:image/...;base64,` URL, holding a PNG, JPEG, GIF or WebP image of at
-// most maxBytes bytes (DefaultMaxBytes when <= 0) and DefaultMaxPixels
-// pixels. Caller mistakes are returned as *engine.InputError for "image".
-func Decode(s string, maxBytes int) (image.Image, error) {
-	return DecodeWithOptions(s, Options{MaxBytes: maxBytes})
-}
-
-// DecodeWithOptions is Decode with explicit limits.
-func DecodeWithOptions(s string, opts Options) (image.Image, error) {
-	opts = opts.withDefaults()
-	payload, err := base64Payload(s)
-	if err != nil {
-		return nil, err
-	}
-	data, err := decodeBase64(payload, opts.MaxBytes)
-	if err != nil {
-		return nil, err
-	}
-	return decodeImage(data, opts.MaxPixels)
 }
 
 // EncodePNGDataURL encodes img as a PNG and returns it as a
@@ -200,14 +178,8 @@ func sniff(data []byte) (format, error) {
 	return format{}, inputErr("image format not recognised; send PNG, JPEG, GIF or WebP")
 }
 
-// decodeImage checks the header's dimensions against maxPixels before
-// decoding the pixels.
-func decodeImage(data []byte, maxPixels int) (image.Image, error) {
-	return decodeImageWith(data, maxPixels, nil)
-}
-
-// decodeImageWith is decodeImage that calls reserve with the header's
-// dimensions, once they passed the pixel limit and before decoding.
+// decodeImageWith checks the header's dimensions against maxPixels, calls
+// reserve with them, and only then decodes the pixels.
 func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error) (image.Image, error) {
 	f, err := sniff(data)
 	if err != nil {

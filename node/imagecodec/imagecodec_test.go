@@ -111,7 +111,7 @@ func TestDecodeAccepts(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			img, err := Decode(c.in, 0)
+			img, err := decode(c.in, 0)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -134,7 +134,7 @@ func TestDecodeFormats(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			img, err := Decode(base64.StdEncoding.EncodeToString(c.data), 0)
+			img, err := decode(base64.StdEncoding.EncodeToString(c.data), 0)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -207,7 +207,7 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			img, err := DecodeWithOptions(c.in, c.opts)
+			img, err := decodeOpts(c.in, c.opts)
 			if err == nil {
 				t.Fatalf("Decode accepted the input: %v", img.Bounds())
 			}
@@ -221,7 +221,7 @@ func TestDecodeRejects(t *testing.T) {
 
 func TestDecodeByteLimitIsInclusive(t *testing.T) {
 	pngData := encodePNG(t, testImage(8, 8))
-	if _, err := Decode(base64.StdEncoding.EncodeToString(pngData), len(pngData)); err != nil {
+	if _, err := decode(base64.StdEncoding.EncodeToString(pngData), len(pngData)); err != nil {
 		t.Fatalf("an image of exactly the limit was refused: %v", err)
 	}
 }
@@ -253,7 +253,7 @@ func TestEncodePNGDataURLRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(url, "data:image/png;base64,") {
 		t.Fatalf("not a PNG data URL: %.40s", url)
 	}
-	img, err := Decode(url, 0)
+	img, err := decode(url, 0)
 	if err != nil {
 		t.Fatalf("decode own output: %v", err)
 	}
@@ -298,7 +298,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add("https://x")
 	opts := Options{MaxBytes: 1 << 16, MaxPixels: 1 << 16}
 	f.Fuzz(func(t *testing.T, s string) {
-		img, err := DecodeWithOptions(s, opts)
+		img, err := decodeOpts(s, opts)
 		if err != nil {
 			if img != nil {
 				t.Fatal("image returned with an error")

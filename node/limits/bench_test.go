@@ -80,7 +80,7 @@ func setupBench(b *testing.B) benchSetup {
 		Limits: consensus.Limits{RPM: 1 << 40, DailyQuota: 1 << 40, MonthlyBudgetMicros: 1 << 50},
 	})
 	c.Apply(p, cmd)
-	mp, _ := consensus.SetModelPolicy(consensus.ModelPolicy{Model: "m", Price: consensus.Price{RequestMicros: 10, InputPerMillionMicros: 1000}})
+	mp, _ := consensus.SetPolicy(consensus.Policy{Models: []consensus.ModelPolicy{{Model: "m", Price: consensus.Price{RequestMicros: 10, InputPerMillionMicros: 1000}}}}, false)
 	c.Apply(p, mp)
 	a := auth.New(auth.Config{}, viewKeys{p.Node}, nil, prometheus.NewRegistry(), nil)
 	l, _ := newLimiter(b, p, Config{ClientRPM: 1 << 40, Prices: NewConsensusPrices(p.Node)}, nil)

@@ -113,20 +113,11 @@ func (c Config) withDefaults() Config {
 }
 
 // Prices finds a model's price. The node implements it over the replicated
-// policy (ConsensusPrices); StaticPrices is a fixed table.
+// policy (ConsensusPrices).
 type Prices interface {
 	// Price returns the model's price by model id; false means it has no
 	// price, so its requests count against no budget.
 	Price(model string) (consensus.Price, bool)
-}
-
-// StaticPrices is a fixed price table by model id.
-type StaticPrices map[string]consensus.Price
-
-// Price implements Prices.
-func (p StaticPrices) Price(model string) (consensus.Price, bool) {
-	pr, ok := p[model]
-	return pr, ok
 }
 
 // Request is what Admit needs to know about one request.

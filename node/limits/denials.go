@@ -6,25 +6,8 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/auth"
-)
-
-// Error codes of limit refusals (type rate_limit_error for 429,
-// server_error for 503).
-const (
-	CodeRateLimit        = "rate_limit_exceeded"
-	CodeClientRateLimit  = "client_rate_limit_exceeded"
-	CodeDailyQuota       = "daily_quota_exceeded"
-	CodeMonthlyBudget    = "monthly_budget_exceeded"
-	CodeQuotaUnavailable = "quota_unavailable"
-	CodeOverloaded       = "server_overloaded"
-	CodeDraining         = "server_draining"
-
-	// Free plan refusals (429, or 403 for the local-only rule); Upgrade
-	// reports true for them.
-	CodeFreeDaily     = "free_plan_daily_limit_exceeded"
-	CodeFreeRate      = "free_plan_rate_limit_exceeded"
-	CodeFreeLocalOnly = "free_plan_local_only"
 )
 
 // Upgrade reports whether a paid plan would lift the refusal d: the
@@ -34,7 +17,7 @@ func Upgrade(d *auth.Denial) bool {
 		return false
 	}
 	switch d.Code {
-	case CodeFreeDaily, CodeFreeRate, CodeFreeLocalOnly:
+	case apierr.CodeFreeDaily, apierr.CodeFreeRate, apierr.CodeFreeLocalOnly:
 		return true
 	}
 	return false
@@ -43,7 +26,7 @@ func Upgrade(d *auth.Denial) bool {
 func denyFreeRate(wait time.Duration) *auth.Denial {
 	s := auth.RetryAfterSeconds(wait)
 	return &auth.Denial{
-		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: CodeFreeRate, RetryAfter: s,
+		Status: http.StatusTooManyRequests, Type: apierr.TypeRateLimit, Code: apierr.CodeFreeRate, RetryAfter: s,
 		Message: fmt.Sprintf("This server is on the Free plan: third-party tools may make %d request a minute per client. Retry in %d s, or upgrade the server's plan.", FreeClientRPM, s),
 	}
 }
@@ -52,14 +35,14 @@ func denyFreeDaily(now time.Time) *auth.Denial {
 	_, end := consensus.Period(consensus.LeaseDailyRequests, now)
 	s := auth.RetryAfterSeconds(end.Sub(now))
 	return &auth.Denial{
-		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: CodeFreeDaily, RetryAfter: s,
+		Status: http.StatusTooManyRequests, Type: apierr.TypeRateLimit, Code: apierr.CodeFreeDaily, RetryAfter: s,
 		Message: fmt.Sprintf("This server is on the Free plan: third-party tools share %d requests a day and today's are used up; they reset at midnight UTC, in %d s. Upgrade the server's plan to lift the limit.", FreeDailyRequests, s),
 	}
 }
 
 func denyFreeLocalOnly() *auth.Denial {
 	return &auth.Denial{
-		Status: http.StatusForbidden, Type: auth.TypePermission, Code: CodeFreeLocalOnly,
+		Status: http.StatusForbidden, Type: apierr.TypePermission, Code: apierr.CodeFreeLocalOnly,
 		Message: "This server is on the Free plan: requests without an API key are served to its own computer only. Use an API key, or upgrade the server's plan.",
 	}
 }
@@ -68,17 +51,17 @@ func denyFreeLocalOnly() *auth.Denial {
 // Free plan's words.
 func freeDenial(d *auth.Denial, now time.Time) *auth.Denial {
 	switch d.Code {
-	case CodeDailyQuota:
+	case apierr.CodeDailyQuota:
 		return denyFreeDaily(now)
-	case CodeQuotaUnavailable:
+	case apierr.CodeQuotaUnavailable:
 		out := *d
 		out.Message = "This node cannot extend its share of the Free plan's daily allowance: the cluster's leader could not be reached. Retry shortly, or on another node."
 		return &out
-	case auth.CodeInvalidAPIKey:
+	case apierr.CodeInvalidAPIKey:
 		// The leader keeps no Free allowance ledger: a node of an older
 		// version leads. Refuse rather than count nothing.
 		return &auth.Denial{
-			Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeQuotaUnavailable, RetryAfter: DefaultUnavailableRetryFor,
+			Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeQuotaUnavailable, RetryAfter: DefaultUnavailableRetryFor,
 			Message: "The cluster's leader keeps no Free plan allowance yet (a node of an older version leads); retry shortly.",
 		}
 	}
@@ -88,7 +71,7 @@ func freeDenial(d *auth.Denial, now time.Time) *auth.Denial {
 func denyKeyRate(keyID string, rpm int64, wait time.Duration) *auth.Denial {
 	s := auth.RetryAfterSeconds(wait)
 	return &auth.Denial{
-		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: CodeRateLimit, RetryAfter: s,
+		Status: http.StatusTooManyRequests, Type: apierr.TypeRateLimit, Code: apierr.CodeRateLimit, RetryAfter: s,
 		Message: fmt.Sprintf("Rate limit reached for API key %s: %d requests per minute. Retry in %d s.", keyID, rpm, s),
 	}
 }
@@ -96,7 +79,7 @@ func denyKeyRate(keyID string, rpm int64, wait time.Duration) *auth.Denial {
 func denyClientRate(rpm int64, wait time.Duration) *auth.Denial {
 	s := auth.RetryAfterSeconds(wait)
 	return &auth.Denial{
-		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: CodeClientRateLimit, RetryAfter: s,
+		Status: http.StatusTooManyRequests, Type: apierr.TypeRateLimit, Code: apierr.CodeClientRateLimit, RetryAfter: s,
 		Message: fmt.Sprintf("Rate limit reached for this client address: %d requests per minute. Retry in %d s.", rpm, s),
 	}
 }
@@ -112,12 +95,12 @@ func denyExhausted(keyID string, kind consensus.LeaseKind, limit int64, now time
 	_, end := consensus.Period(kind, now)
 	s := auth.RetryAfterSeconds(end.Sub(now))
 	what, resets := kindWords(kind)
-	code, amount := CodeDailyQuota, fmt.Sprintf("%d requests", limit)
+	code, amount := apierr.CodeDailyQuota, fmt.Sprintf("%d requests", limit)
 	if kind == consensus.LeaseMonthlyBudget {
-		code, amount = CodeMonthlyBudget, fmt.Sprintf("%d micro-units of estimated cost", limit)
+		code, amount = apierr.CodeMonthlyBudget, fmt.Sprintf("%d micro-units of estimated cost", limit)
 	}
 	return &auth.Denial{
-		Status: http.StatusTooManyRequests, Type: auth.TypeRateLimit, Code: code, RetryAfter: s,
+		Status: http.StatusTooManyRequests, Type: apierr.TypeRateLimit, Code: code, RetryAfter: s,
 		Message: fmt.Sprintf("The %s of API key %s (%s) is used up; it resets %s, in %d s.", what, keyID, amount, resets, s),
 	}
 }
@@ -129,7 +112,7 @@ func denyUnavailable(keyID string, kind consensus.LeaseKind, cause error) *auth.
 		reason += " (" + cause.Error() + ")"
 	}
 	return &auth.Denial{
-		Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeQuotaUnavailable,
+		Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeQuotaUnavailable,
 		RetryAfter: DefaultUnavailableRetryFor,
 		Message: fmt.Sprintf("This node cannot extend its share of the %s of API key %s: %s, and the share it held is used up or expired. Retry shortly, or on another node.",
 			what, keyID, reason),
@@ -139,35 +122,35 @@ func denyUnavailable(keyID string, kind consensus.LeaseKind, cause error) *auth.
 func denyRetry(keyID string, kind consensus.LeaseKind, why string) *auth.Denial {
 	what, _ := kindWords(kind)
 	return &auth.Denial{
-		Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeQuotaUnavailable, RetryAfter: 1,
+		Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeQuotaUnavailable, RetryAfter: 1,
 		Message: fmt.Sprintf("This node could not secure a share of the %s of API key %s: %s. Retry in a second.", what, keyID, why),
 	}
 }
 
 func denyInactive() *auth.Denial {
 	return &auth.Denial{
-		Status: http.StatusUnauthorized, Type: auth.TypeAuthentication, Code: auth.CodeInvalidAPIKey,
+		Status: http.StatusUnauthorized, Type: apierr.TypeAuthentication, Code: apierr.CodeInvalidAPIKey,
 		Message: "This API key has been revoked or has expired.",
 	}
 }
 
 func denyDraining() *auth.Denial {
 	return &auth.Denial{
-		Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeDraining, RetryAfter: 1,
+		Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeDraining, RetryAfter: 1,
 		Message: "This node is draining; retry on another node.",
 	}
 }
 
 func denyCanceled(err error) *auth.Denial {
 	return &auth.Denial{
-		Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeOverloaded, RetryAfter: 1,
+		Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeOverloaded, RetryAfter: 1,
 		Message: "The request ended while waiting for admission: " + err.Error() + ".",
 	}
 }
 
 func denyBusy(retry int, why string) *auth.Denial {
 	return &auth.Denial{
-		Status: http.StatusServiceUnavailable, Type: auth.TypeServer, Code: CodeOverloaded, RetryAfter: retry,
+		Status: http.StatusServiceUnavailable, Type: apierr.TypeServer, Code: apierr.CodeOverloaded, RetryAfter: retry,
 		Message: "This node is busy (" + why + "); retry in " + fmt.Sprint(retry) + " s.",
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/consensustest"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/auth"
 )
 
@@ -92,16 +93,16 @@ func TestGateRefusesWithRetryAfterFromQueueDepth(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, d := g.Acquire(ctx, Interactive); d == nil || d.Status != 503 || d.Code != CodeOverloaded {
-				t.Errorf("cancelled waiter: %+v, want 503 %s", d, CodeOverloaded)
+			if _, d := g.Acquire(ctx, Interactive); d == nil || d.Status != 503 || d.Code != apierr.CodeOverloaded {
+				t.Errorf("cancelled waiter: %+v, want 503 %s", d, apierr.CodeOverloaded)
 			}
 		}()
 		waitQueued(t, g, i+1)
 	}
 	_, d := g.Acquire(context.Background(), Interactive)
 	// (3 queued + this one) / 2 slots × 4 s = 8 s.
-	if d == nil || d.Status != 503 || d.Code != CodeOverloaded || d.RetryAfter != 8 {
-		t.Fatalf("full queue: %+v, want 503 %s Retry-After 8", d, CodeOverloaded)
+	if d == nil || d.Status != 503 || d.Code != apierr.CodeOverloaded || d.RetryAfter != 8 {
+		t.Fatalf("full queue: %+v, want 503 %s Retry-After 8", d, apierr.CodeOverloaded)
 	}
 	cancel()
 	wg.Wait()

@@ -65,18 +65,6 @@ type PlanSource interface {
 	PlanSettings() PlanSettings
 }
 
-// PlanFunc adapts a function to PlanSource.
-type PlanFunc func() PlanSettings
-
-// PlanSettings implements PlanSource.
-func (f PlanFunc) PlanSettings() PlanSettings { return f() }
-
-// StaticPlan is a fixed PlanSource.
-type StaticPlan PlanSettings
-
-// PlanSettings implements PlanSource.
-func (s StaticPlan) PlanSettings() PlanSettings { return PlanSettings(s) }
-
 // DefaultThirdPartyTools returns the User-Agent products (the name before
 // the "/" of a product token, compared without case) by which keyless
 // callers are known to be third-party tools: chat front-ends, coding
@@ -105,14 +93,6 @@ const (
 	// ThirdParty callers are tools the Free allowance applies to.
 	ThirdParty
 )
-
-// String names the party.
-func (p Party) String() string {
-	if p == ThirdParty {
-		return "third-party"
-	}
-	return "first-party"
-}
 
 // Classify classes a caller:
 //

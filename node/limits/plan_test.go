@@ -9,6 +9,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/consensustest"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/auth"
 )
 
@@ -136,8 +137,8 @@ func TestFreeAllowanceMeshWide(t *testing.T) {
 				admitted.Add(1)
 				return
 			}
-			if d.Status != 429 || d.Code != CodeFreeDaily || d.RetryAfter != 12*3600 || !Upgrade(d) {
-				t.Errorf("caller %d: %+v, want 429 %s with Retry-After until midnight and an upgrade", w, d, CodeFreeDaily)
+			if d.Status != 429 || d.Code != apierr.CodeFreeDaily || d.RetryAfter != 12*3600 || !Upgrade(d) {
+				t.Errorf("caller %d: %+v, want 429 %s with Retry-After until midnight and an upgrade", w, d, apierr.CodeFreeDaily)
 			}
 		}()
 	}
@@ -177,8 +178,8 @@ func TestFreeClientMinute(t *testing.T) {
 		t.Fatal(d)
 	}
 	d := admit(l, chat(k))
-	if d == nil || d.Status != 429 || d.Code != CodeFreeRate || d.RetryAfter != 60 || !Upgrade(d) {
-		t.Fatalf("second request in a minute: %+v, want 429 %s Retry-After 60 with an upgrade", d, CodeFreeRate)
+	if d == nil || d.Status != 429 || d.Code != apierr.CodeFreeRate || d.RetryAfter != 60 || !Upgrade(d) {
+		t.Fatalf("second request in a minute: %+v, want 429 %s Retry-After 60 with an upgrade", d, apierr.CodeFreeRate)
 	}
 	// Another client: another key, or another tool or address.
 	for name, r := range map[string]Request{
@@ -190,8 +191,8 @@ func TestFreeClientMinute(t *testing.T) {
 			t.Fatalf("%s: %v", name, d)
 		}
 	}
-	if d := admit(l, tool("127.0.0.1", "aider/2")); d == nil || d.Code != CodeFreeRate {
-		t.Fatalf("tool A again: %v, want %s", d, CodeFreeRate)
+	if d := admit(l, tool("127.0.0.1", "aider/2")); d == nil || d.Code != apierr.CodeFreeRate {
+		t.Fatalf("tool A again: %v, want %s", d, apierr.CodeFreeRate)
 	}
 	clk.Advance(time.Minute)
 	if d := admit(l, chat(k)); d != nil {
@@ -204,13 +205,13 @@ func TestFreeClientMinute(t *testing.T) {
 		}
 	}
 	clk.Advance(time.Minute)
-	if d := admit(l, chat(k)); d == nil || d.Code != CodeFreeDaily {
-		t.Fatalf("11th: %v, want %s", d, CodeFreeDaily)
+	if d := admit(l, chat(k)); d == nil || d.Code != apierr.CodeFreeDaily {
+		t.Fatalf("11th: %v, want %s", d, apierr.CodeFreeDaily)
 	}
 	// The daily refusal gave key_t's minute back: asked again at once, the
 	// answer is still the daily allowance, not the minute.
-	if d := admit(l, chat(k)); d == nil || d.Code != CodeFreeDaily {
-		t.Fatalf("right after the daily refusal: %v, want %s", d, CodeFreeDaily)
+	if d := admit(l, chat(k)); d == nil || d.Code != apierr.CodeFreeDaily {
+		t.Fatalf("right after the daily refusal: %v, want %s", d, apierr.CodeFreeDaily)
 	}
 }
 
@@ -233,8 +234,8 @@ func TestFreePlanSwitchesAtRuntime(t *testing.T) {
 	if d := admit(l, r); d != nil {
 		t.Fatalf("free, first: %v", d)
 	}
-	if d := admit(l, r); d == nil || d.Code != CodeFreeRate {
-		t.Fatalf("free, second: %v, want %s", d, CodeFreeRate)
+	if d := admit(l, r); d == nil || d.Code != apierr.CodeFreeRate {
+		t.Fatalf("free, second: %v, want %s", d, apierr.CodeFreeRate)
 	}
 	plan.Store(PlanPro)
 	if d := admit(l, r); d != nil {
@@ -259,8 +260,8 @@ func TestFreePlanLocalOnlyAndClientRPM(t *testing.T) {
 	legacy := chat(auth.Caller{Name: "legacy API", App: "legacy"})
 	legacy.ClientAddr = "192.0.2.7"
 	d := admit(l, legacy)
-	if d == nil || d.Status != 403 || d.Code != CodeFreeLocalOnly || !Upgrade(d) {
-		t.Fatalf("legacy caller from another computer: %+v, want 403 %s", d, CodeFreeLocalOnly)
+	if d == nil || d.Status != 403 || d.Code != apierr.CodeFreeLocalOnly || !Upgrade(d) {
+		t.Fatalf("legacy caller from another computer: %+v, want 403 %s", d, apierr.CodeFreeLocalOnly)
 	}
 	legacy.ClientAddr = "127.0.0.1"
 	for i := 0; i < 2; i++ {
@@ -268,8 +269,8 @@ func TestFreePlanLocalOnlyAndClientRPM(t *testing.T) {
 			t.Fatalf("legacy caller on loopback, request %d: %v", i, d)
 		}
 	}
-	if d := admit(l, legacy); d == nil || d.Code != CodeClientRateLimit || Upgrade(d) {
-		t.Fatalf("third legacy request in a minute: %v, want %s without an upgrade", d, CodeClientRateLimit)
+	if d := admit(l, legacy); d == nil || d.Code != apierr.CodeClientRateLimit || Upgrade(d) {
+		t.Fatalf("third legacy request in a minute: %v, want %s without an upgrade", d, apierr.CodeClientRateLimit)
 	}
 	op := tool("127.0.0.1", "")
 	for i := 0; i < 4; i++ {

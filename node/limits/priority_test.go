@@ -11,6 +11,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/consensustest"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/auth"
 )
 
@@ -149,13 +150,13 @@ func TestGateShedsBackgroundFirst(t *testing.T) {
 
 	// Background arriving at a full queue sheds maintenance.
 	bg3 := acquireAsync(g, context.Background(), Background)
-	if got := recv(t, maint); got.d == nil || got.d.Status != 503 || got.d.Code != CodeOverloaded || got.d.RetryAfter < 1 {
-		t.Fatalf("maintenance waiter: %+v, want shed 503 %s with Retry-After", got.d, CodeOverloaded)
+	if got := recv(t, maint); got.d == nil || got.d.Status != 503 || got.d.Code != apierr.CodeOverloaded || got.d.RetryAfter < 1 {
+		t.Fatalf("maintenance waiter: %+v, want shed 503 %s with Retry-After", got.d, apierr.CodeOverloaded)
 	}
 	waitQueued(t, g, 3)
 	// Nobody below background: refused at once.
-	if _, d := g.Acquire(context.Background(), Background); d == nil || d.Status != 503 || d.Code != CodeOverloaded {
-		t.Fatalf("background to a queue full of background work: %+v, want 503 %s", d, CodeOverloaded)
+	if _, d := g.Acquire(context.Background(), Background); d == nil || d.Status != 503 || d.Code != apierr.CodeOverloaded {
+		t.Fatalf("background to a queue full of background work: %+v, want 503 %s", d, apierr.CodeOverloaded)
 	}
 	// Interactive arrivals shed the newest background waiter each.
 	var in []chan gateResult
@@ -166,7 +167,7 @@ func TestGateShedsBackgroundFirst(t *testing.T) {
 		}
 		waitQueued(t, g, 3)
 	}
-	if _, d := g.Acquire(context.Background(), Interactive); d == nil || d.Code != CodeOverloaded {
+	if _, d := g.Acquire(context.Background(), Interactive); d == nil || d.Code != apierr.CodeOverloaded {
 		t.Fatalf("interactive to a queue full of interactive work: %v", d)
 	}
 	hold()
@@ -246,7 +247,7 @@ func TestGateTimeoutAndCancel(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	g := NewGate(GateConfig{MaxInflight: 1, MaxWait: time.Hour, BackgroundWait: 20 * time.Millisecond}, reg, nil)
 	hold, _ := g.Acquire(context.Background(), Interactive)
-	if _, d := g.Acquire(context.Background(), Background); d == nil || d.Code != CodeOverloaded {
+	if _, d := g.Acquire(context.Background(), Background); d == nil || d.Code != apierr.CodeOverloaded {
 		t.Fatalf("background past BackgroundWait: %v", d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

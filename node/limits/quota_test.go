@@ -11,6 +11,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/consensustest"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // TestDailyQuotaExactAcrossThreeNodes: three limiters on three nodes share
@@ -42,8 +43,8 @@ func TestDailyQuotaExactAcrossThreeNodes(t *testing.T) {
 						got++
 						continue
 					}
-					if d.Status != 429 || d.Code != CodeDailyQuota || d.RetryAfter != 12*3600 {
-						t.Errorf("refusal %+v, want 429 %s with Retry-After until midnight", d, CodeDailyQuota)
+					if d.Status != 429 || d.Code != apierr.CodeDailyQuota || d.RetryAfter != 12*3600 {
+						t.Errorf("refusal %+v, want 429 %s with Retry-After until midnight", d, apierr.CodeDailyQuota)
 						return
 					}
 				}
@@ -112,14 +113,14 @@ func TestDailyQuotaWithLeaderKilled(t *testing.T) {
 					case d == nil:
 						admitted.Add(1)
 						got++
-					case d.Status == 429 && d.Code == CodeDailyQuota:
+					case d.Status == 429 && d.Code == apierr.CodeDailyQuota:
 						if k != victim {
 							survivorsRefused++
 							if killed.Load() {
 								quotaSeen.Store(true)
 							}
 						}
-					case d.Status == 503 && d.Code == CodeQuotaUnavailable && d.RetryAfter > 0:
+					case d.Status == 503 && d.Code == apierr.CodeQuotaUnavailable && d.RetryAfter > 0:
 						if !strings.Contains(d.Message, "leader") && !strings.Contains(d.Message, "retry") {
 							t.Errorf("503 without a reason: %q", d.Message)
 						}
@@ -191,8 +192,8 @@ func TestCutOffNodeServesItsLeaseThenSaysWhy(t *testing.T) {
 			n++
 			continue
 		}
-		if d.Status != 503 || d.Code != CodeQuotaUnavailable || d.RetryAfter < 1 || !strings.Contains(d.Message, "leader could not be reached") {
-			t.Fatalf("refusal %+v, want 503 %s saying the leader is unreachable", d, CodeQuotaUnavailable)
+		if d.Status != 503 || d.Code != apierr.CodeQuotaUnavailable || d.RetryAfter < 1 || !strings.Contains(d.Message, "leader could not be reached") {
+			t.Fatalf("refusal %+v, want 503 %s saying the leader is unreachable", d, apierr.CodeQuotaUnavailable)
 		}
 		break
 	}
@@ -228,8 +229,8 @@ func TestMidnightRollover(t *testing.T) {
 		}
 	}
 	d := admit(l, chat(caller))
-	if d == nil || d.Status != 429 || d.Code != CodeDailyQuota || d.RetryAfter != 60 || !strings.Contains(d.Message, "midnight UTC") {
-		t.Fatalf("sixth request: %+v, want 429 %s Retry-After 60", d, CodeDailyQuota)
+	if d == nil || d.Status != 429 || d.Code != apierr.CodeDailyQuota || d.RetryAfter != 60 || !strings.Contains(d.Message, "midnight UTC") {
+		t.Fatalf("sixth request: %+v, want 429 %s Retry-After 60", d, apierr.CodeDailyQuota)
 	}
 	clk.Advance(61 * time.Second)
 	for i := 0; i < 5; i++ {
@@ -238,7 +239,7 @@ func TestMidnightRollover(t *testing.T) {
 		}
 	}
 	d = admit(l, chat(caller))
-	if d == nil || d.Code != CodeDailyQuota || d.RetryAfter != 24*3600-1 {
+	if d == nil || d.Code != apierr.CodeDailyQuota || d.RetryAfter != 24*3600-1 {
 		t.Fatalf("new day, sixth request: %+v, want 429 Retry-After %d", d, 24*3600-1)
 	}
 	// The old day's holding is settled in the background.
@@ -276,8 +277,8 @@ func TestMonthlyBudget(t *testing.T) {
 		}
 	}
 	d := admit(l, r)
-	if d == nil || d.Status != 429 || d.Code != CodeMonthlyBudget || d.RetryAfter != untilApril {
-		t.Fatalf("eleventh flat request: %+v, want 429 %s Retry-After %d", d, CodeMonthlyBudget, untilApril)
+	if d == nil || d.Status != 429 || d.Code != apierr.CodeMonthlyBudget || d.RetryAfter != untilApril {
+		t.Fatalf("eleventh flat request: %+v, want 429 %s Retry-After %d", d, apierr.CodeMonthlyBudget, untilApril)
 	}
 	// An unpriced model costs nothing and passes.
 	r.Model = "free"
@@ -293,8 +294,8 @@ func TestMonthlyBudget(t *testing.T) {
 		t.Fatalf("token-priced request: %v", d)
 	}
 	tk.Done(Usage{PromptTokens: 100, CompletionTokens: 400, Status: 200}) // cost 900
-	if d := admit(l, r); d == nil || d.Code != CodeMonthlyBudget {
-		t.Fatalf("estimate 300 with 100 left: %v, want %s", d, CodeMonthlyBudget)
+	if d := admit(l, r); d == nil || d.Code != apierr.CodeMonthlyBudget {
+		t.Fatalf("estimate 300 with 100 left: %v, want %s", d, apierr.CodeMonthlyBudget)
 	}
 	r.InputTokens, r.MaxOutputTokens = 50, 25 // estimate 100
 	tk, d = l.Admit(context.Background(), r)
@@ -303,8 +304,8 @@ func TestMonthlyBudget(t *testing.T) {
 	}
 	tk.Done(Usage{PromptTokens: 50, CompletionTokens: 25, Status: 200})
 	r.InputTokens, r.MaxOutputTokens = 1, 1
-	if d := admit(l, r); d == nil || d.Code != CodeMonthlyBudget {
-		t.Fatalf("budget spent: %v, want %s", d, CodeMonthlyBudget)
+	if d := admit(l, r); d == nil || d.Code != apierr.CodeMonthlyBudget {
+		t.Fatalf("budget spent: %v, want %s", d, apierr.CodeMonthlyBudget)
 	}
 	drain(t, l)
 	lg := ledger(t, c.Peer("n1"), "key_tok", consensus.LeaseMonthlyBudget, "2026-03")
@@ -434,8 +435,8 @@ func TestDrainRefusesNewWork(t *testing.T) {
 	l, _ := newLimiter(t, c.Peer("n1"), Config{}, nil)
 	drain(t, l)
 	d := admit(l, chat(caller))
-	if d == nil || d.Status != 503 || d.Code != CodeDraining || d.RetryAfter < 1 {
-		t.Fatalf("after drain: %+v, want 503 %s", d, CodeDraining)
+	if d == nil || d.Status != 503 || d.Code != apierr.CodeDraining || d.RetryAfter < 1 {
+		t.Fatalf("after drain: %+v, want 503 %s", d, apierr.CodeDraining)
 	}
 }
 

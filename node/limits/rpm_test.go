@@ -7,6 +7,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/consensustest"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/auth"
 )
 
@@ -21,8 +22,8 @@ func TestKeyRPM(t *testing.T) {
 		}
 	}
 	d := admit(l, chat(k))
-	if d == nil || d.Status != 429 || d.Code != CodeRateLimit || d.RetryAfter != 20 {
-		t.Fatalf("fourth request: %+v, want 429 %s Retry-After 20", d, CodeRateLimit)
+	if d == nil || d.Status != 429 || d.Code != apierr.CodeRateLimit || d.RetryAfter != 20 {
+		t.Fatalf("fourth request: %+v, want 429 %s Retry-After 20", d, apierr.CodeRateLimit)
 	}
 	clk.Advance(10 * time.Second)
 	if d := admit(l, chat(k)); d == nil || d.RetryAfter != 10 {
@@ -32,8 +33,8 @@ func TestKeyRPM(t *testing.T) {
 	if d := admit(l, chat(k)); d != nil {
 		t.Fatalf("a token later: %v", d)
 	}
-	if d := admit(l, chat(k)); d == nil || d.Code != CodeRateLimit {
-		t.Fatalf("right after: %v, want %s", d, CodeRateLimit)
+	if d := admit(l, chat(k)); d == nil || d.Code != apierr.CodeRateLimit {
+		t.Fatalf("right after: %v, want %s", d, apierr.CodeRateLimit)
 	}
 	// Uncounted requests are never limited.
 	r := chat(k)
@@ -68,8 +69,8 @@ func TestServerWideKeyRPMAndKeyOverride(t *testing.T) {
 				t.Fatalf("%s: request %d: %v", name, i, d)
 			}
 		}
-		if d := admit(l, chat(tc.caller)); d == nil || d.Code != CodeRateLimit {
-			t.Fatalf("%s: request %d: %v, want %s", name, tc.n, d, CodeRateLimit)
+		if d := admit(l, chat(tc.caller)); d == nil || d.Code != apierr.CodeRateLimit {
+			t.Fatalf("%s: request %d: %v, want %s", name, tc.n, d, apierr.CodeRateLimit)
 		}
 	}
 }
@@ -89,15 +90,15 @@ func TestClientRPM(t *testing.T) {
 		t.Fatalf("first: %v", d)
 	}
 	// Key a's own limit refuses; the client's token is given back.
-	if d := from(a, "198.51.100.1"); d == nil || d.Code != CodeRateLimit {
-		t.Fatalf("key a again: %v, want %s", d, CodeRateLimit)
+	if d := from(a, "198.51.100.1"); d == nil || d.Code != apierr.CodeRateLimit {
+		t.Fatalf("key a again: %v, want %s", d, apierr.CodeRateLimit)
 	}
 	if d := from(b, "198.51.100.1"); d != nil {
 		t.Fatalf("key b, second client token: %v", d)
 	}
 	d := from(b, "198.51.100.1")
-	if d == nil || d.Status != 429 || d.Code != CodeClientRateLimit || d.RetryAfter != 30 {
-		t.Fatalf("third from the address: %+v, want 429 %s Retry-After 30", d, CodeClientRateLimit)
+	if d == nil || d.Status != 429 || d.Code != apierr.CodeClientRateLimit || d.RetryAfter != 30 {
+		t.Fatalf("third from the address: %+v, want 429 %s Retry-After 30", d, apierr.CodeClientRateLimit)
 	}
 	if d := from(b, "198.51.100.2"); d != nil {
 		t.Fatalf("another address: %v", d)
@@ -105,8 +106,8 @@ func TestClientRPM(t *testing.T) {
 	// One IPv6 /64 is one client.
 	from(b, "2001:db8:5:6::1")
 	from(b, "2001:db8:5:6::2")
-	if d := from(b, "2001:db8:5:6:aaaa::3"); d == nil || d.Code != CodeClientRateLimit {
-		t.Fatalf("third from one /64: %v, want %s", d, CodeClientRateLimit)
+	if d := from(b, "2001:db8:5:6:aaaa::3"); d == nil || d.Code != apierr.CodeClientRateLimit {
+		t.Fatalf("third from one /64: %v, want %s", d, apierr.CodeClientRateLimit)
 	}
 	// The local operator is not limited.
 	op := auth.Caller{App: auth.LocalApp, Admin: true, Local: true}
@@ -128,8 +129,8 @@ func TestRefusedRequestGivesTokensBack(t *testing.T) {
 	// Both refusals are the quota's: the quota refusal returned the
 	// rate token the second request had taken.
 	for i := 0; i < 2; i++ {
-		if d := admit(l, chat(k)); d == nil || d.Code != CodeDailyQuota {
-			t.Fatalf("refusal %d: %v, want %s", i, d, CodeDailyQuota)
+		if d := admit(l, chat(k)); d == nil || d.Code != apierr.CodeDailyQuota {
+			t.Fatalf("refusal %d: %v, want %s", i, d, apierr.CodeDailyQuota)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // download fetches a plan's files into the staging folder: from each peer
@@ -37,7 +39,7 @@ func (d *download) total() int64     { return d.totalB.Load() }
 // run returns an error code and error when the pull cannot complete.
 func (d *download) run() (string, error) {
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
-		return CodeInstallFailed, err
+		return apierr.CodeInstallFailed, err
 	}
 	var total int64
 	for _, f := range d.plan.files {
@@ -95,21 +97,21 @@ func (d *download) file(f planFile) (string, error) {
 		if len(errs) == 0 {
 			errs = append(errs, errors.New("no source has it"))
 		}
-		return CodeDownloadFailed, fmt.Errorf("%s: %s", f.name, joinDistinct(errs))
+		return apierr.CodeDownloadFailed, fmt.Errorf("%s: %s", f.name, joinDistinct(errs))
 	}
 
 	d.j.progress(Progress{Phase: "verifying " + f.name, Completed: d.completed(), Total: d.total()}, true)
 	n, sum, err := copyHashed(path, "")
 	if err != nil {
-		return CodeDownloadFailed, err
+		return apierr.CodeDownloadFailed, err
 	}
 	if (f.sha != "" && sum != f.sha) || (f.size > 0 && n != f.size) {
 		// A wrong file is never kept: the next pull starts clean.
 		os.RemoveAll(d.dir)
-		return CodeChecksumMismatch, fmt.Errorf("%s: got %d bytes with sha256 %s, want %d bytes with sha256 %s", f.name, n, sum, f.size, f.sha)
+		return apierr.CodeChecksumMismatch, fmt.Errorf("%s: got %d bytes with sha256 %s, want %d bytes with sha256 %s", f.name, n, sum, f.size, f.sha)
 	}
 	if err := os.Rename(path, filepath.Join(d.dir, f.name)); err != nil {
-		return CodeInstallFailed, err
+		return apierr.CodeInstallFailed, err
 	}
 	d.sizes[f.name], d.sums[f.name] = n, sum
 	d.cur.Store(0)

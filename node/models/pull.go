@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // PeerSource is a peer of the mesh that has a model installed and can send
@@ -55,15 +57,6 @@ type PullConfig struct {
 	// time.Now.
 	Clock func() time.Time
 }
-
-// Pull error codes, carried in the error event.
-const (
-	CodeDownloadFailed   = "download_failed"
-	CodeChecksumMismatch = "checksum_mismatch"
-	CodeInstallFailed    = "install_failed"
-	CodeLoadFailed       = "model_load_failed"
-	CodeShuttingDown     = "server_draining"
-)
 
 // Event is one event of a pull's stream.
 type Event struct {
@@ -217,7 +210,7 @@ func (p *Puller) run(j *Job, entry Entry, inCatalog bool, installed *Manifest, p
 	fail := func(code string, err error) Event {
 		p.log.Warn("pull failed", "model", j.key, "code", code, "err", err)
 		if p.ctx.Err() != nil {
-			code = CodeShuttingDown
+			code = apierr.CodeDraining
 		}
 		return Event{Type: "error", ModelKey: j.key, Code: code, Message: err.Error()}
 	}
@@ -228,13 +221,13 @@ func (p *Puller) run(j *Job, entry Entry, inCatalog bool, installed *Manifest, p
 		total := installed.TotalSize()
 		j.progress(Progress{Phase: "already installed", Completed: total, Total: total}, true)
 		if err := p.cfg.Installed(installed); err != nil {
-			return fail(CodeLoadFailed, err)
+			return fail(apierr.CodeLoadFailed, err)
 		}
 		return done()
 	}
 	plan, err := p.plan(j, entry, inCatalog, peers)
 	if err != nil {
-		return fail(CodeDownloadFailed, err)
+		return fail(apierr.CodeDownloadFailed, err)
 	}
 	dir := p.cfg.Store.StagingDir(plan.manifest.ID)
 	d := &download{p: p, j: j, plan: plan, dir: dir, peers: peers}
@@ -245,11 +238,11 @@ func (p *Puller) run(j *Job, entry Entry, inCatalog bool, installed *Manifest, p
 	m.Sizes, m.SHA256 = d.sizes, d.sums
 	j.progress(Progress{Phase: "installing", Completed: d.completed(), Total: d.total()}, true)
 	if err := p.cfg.Store.InstallStaged(dir, m); err != nil {
-		return fail(CodeInstallFailed, err)
+		return fail(apierr.CodeInstallFailed, err)
 	}
 	j.progress(Progress{Phase: "loading", Completed: d.completed(), Total: d.total()}, true)
 	if err := p.cfg.Installed(m); err != nil {
-		return fail(CodeLoadFailed, err)
+		return fail(apierr.CodeLoadFailed, err)
 	}
 	p.log.Info("pull done", "model", m.ID, "bytes", m.TotalSize(), "duration", p.cfg.Clock().Sub(start))
 	return done()

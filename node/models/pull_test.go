@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // hub stands in for the outside source (a model hub): it serves files
@@ -302,8 +304,8 @@ func TestCorruptFileFailsAndInstallsNothing(t *testing.T) {
 	}
 	evs := collect(t, j)
 	last := evs[len(evs)-1]
-	if last.Type != "error" || last.Code != CodeChecksumMismatch {
-		t.Fatalf("pull ended with %+v, want error %s", last, CodeChecksumMismatch)
+	if last.Type != "error" || last.Code != apierr.CodeChecksumMismatch {
+		t.Fatalf("pull ended with %+v, want error %s", last, apierr.CodeChecksumMismatch)
 	}
 	if _, err := f.store.Get(f.key); err == nil {
 		t.Fatal("a model with a corrupt file was installed")

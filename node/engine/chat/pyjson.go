@@ -55,23 +55,13 @@ func toJSONFilter(v any, p params) (any, error) {
 	return b.String(), nil
 }
 
-// PyJSON serialises JSON text as Python's json.dumps(json.loads(data),
-// ensure_ascii=False) would: ", " and ": " separators, key order kept,
+func defaultJSONOpts() *jsonOpts { return &jsonOpts{itemSep: ", ", keySep: ": "} }
+
+// writePyJSON writes v as Python's json.dumps(v, ensure_ascii=False)
+// would under o (by default ", " and ": " separators), key order kept,
 // numbers as Python reads them (1.50 becomes 1.5). Chat templates and the
 // built-in formats print tool schemas and arguments this way, as models
 // were trained on.
-func PyJSON(data []byte) (string, error) {
-	v, ok := jsonValue(data)
-	if !ok {
-		return "", fmt.Errorf("chat: invalid JSON")
-	}
-	var b strings.Builder
-	err := writePyJSON(&b, v, defaultJSONOpts(), 0)
-	return b.String(), err
-}
-
-func defaultJSONOpts() *jsonOpts { return &jsonOpts{itemSep: ", ", keySep: ": "} }
-
 func writePyJSON(b *strings.Builder, v any, o *jsonOpts, depth int) error {
 	newline := func(d int) {
 		if o.indent != nil {

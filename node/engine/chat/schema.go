@@ -72,9 +72,6 @@ type keySet struct {
 // after the point and in the exponent, each).
 const maxDigits = 15
 
-// AnyValue returns the node for any JSON value.
-func AnyValue() *Node { return finish(&Node{kind: kAny}) }
-
 // AnyObject returns the node for any JSON object (response_format
 // json_object).
 func AnyObject() *Node { return finish(&Node{kind: kObject, free: true}) }

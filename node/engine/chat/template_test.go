@@ -2,6 +2,7 @@ package chat
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -219,12 +220,12 @@ func TestTemplateConfigAndErrors(t *testing.T) {
 }
 
 func TestPyJSON(t *testing.T) {
-	got, err := PyJSON([]byte(`{"b":[1,2.50,{"x":null}],"a":"é\u0001\"","t":true,"e":{},"l":[]}`))
+	got, err := pyJSON([]byte(`{"b":[1,2.50,{"x":null}],"a":"é\u0001\"","t":true,"e":{},"l":[]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := `{"b": [1, 2.5, {"x": null}], "a": "é\u0001\"", "t": true, "e": {}, "l": []}`; got != want {
-		t.Fatalf("PyJSON = %s, want %s", got, want)
+		t.Fatalf("pyJSON = %s, want %s", got, want)
 	}
 	tpl, err := NewTemplate(TokenizerConfig{ChatTemplate: "{% if tools %}{{ tools[0].function.parameters | tojson(indent=2) }}{% endif %}"}, "")
 	if err != nil {
@@ -269,4 +270,16 @@ func TestTemplateConcurrentRenders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// pyJSON is JSON text as Python's json.dumps(json.loads(data),
+// ensure_ascii=False) prints it.
+func pyJSON(data []byte) (string, error) {
+	v, ok := jsonValue(data)
+	if !ok {
+		return "", fmt.Errorf("chat: invalid JSON")
+	}
+	var b strings.Builder
+	err := writePyJSON(&b, v, defaultJSONOpts(), 0)
+	return b.String(), err
 }

@@ -136,7 +136,7 @@ func TestISNet(t *testing.T) {
 
 	t.Run("jpeg round trip", func(t *testing.T) {
 		jpegData := onnxtest.GoTestdata(t, "video-001.jpeg")
-		img, err := imagecodec.Decode("data:image/jpeg;base64,"+base64.StdEncoding.EncodeToString(jpegData), 0)
+		img, _, err := imagecodec.DecodeBudgeted(context.Background(), "data:image/jpeg;base64,"+base64.StdEncoding.EncodeToString(jpegData), imagecodec.Options{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestISNet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := imagecodec.Decode(url, 0)
+		back, _, err := imagecodec.DecodeBudgeted(context.Background(), url, imagecodec.Options{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -207,11 +207,3 @@ func upscaleAlpha(dst, src *image.NRGBA) {
 		}
 	}
 }
-
-// Bicubic returns img resized to w×h with Catmull-Rom (bicubic)
-// resampling: the baseline an upscaling model should beat.
-func Bicubic(img image.Image, w, h int) *image.NRGBA {
-	dst := image.NewNRGBA(image.Rect(0, 0, w, h))
-	xdraw.CatmullRom.Scale(dst, dst.Rect, img, img.Bounds(), xdraw.Src, nil)
-	return dst
-}

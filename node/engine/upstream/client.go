@@ -12,15 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
-)
-
-// Error codes for provider outages, documented in README.
-const (
-	CodeUnavailable = "upstream_unavailable"
-	CodeTimeout     = "upstream_timeout"
-	CodeAuth        = "upstream_auth_failed"
-	CodeBadResponse = "upstream_bad_response"
 )
 
 // maxErrorBody bounds how much of a provider's error answer is read.
@@ -114,10 +107,10 @@ func (c *client) failure(caller, cctx context.Context, err error) error {
 		return caller.Err()
 	}
 	if errors.Is(context.Cause(cctx), errTimeout) {
-		return &engine.ProviderError{Provider: c.p.name, Status: http.StatusGatewayTimeout, Type: "server_error", Code: CodeTimeout,
+		return &engine.ProviderError{Provider: c.p.name, Status: http.StatusGatewayTimeout, Type: apierr.TypeServer, Code: apierr.CodeUpstreamTimeout,
 			Message: fmt.Sprintf("The upstream provider %s did not answer within %s.", c.p.name, c.p.timeout), Err: err}
 	}
-	return &engine.ProviderError{Provider: c.p.name, Status: http.StatusBadGateway, Type: "server_error", Code: CodeUnavailable,
+	return &engine.ProviderError{Provider: c.p.name, Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
 		Message: fmt.Sprintf("The upstream provider %s could not be reached.", c.p.name), Err: err}
 }
 
@@ -183,22 +176,22 @@ func (c *client) status(resp *http.Response, raw []byte) error {
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusProxyAuthRequired:
-		e.Status, e.Type, e.Code = http.StatusBadGateway, "server_error", CodeAuth
+		e.Status, e.Type, e.Code = http.StatusBadGateway, apierr.TypeServer, apierr.CodeUpstreamAuth
 		e.Message = fmt.Sprintf("The upstream provider %s refused this node's credentials (HTTP %d).", c.p.name, code)
 		e.Err = fmt.Errorf("provider answered %d: %s", code, msg)
 	case code == http.StatusRequestTimeout || code == http.StatusGatewayTimeout:
-		e.Status, e.Type, e.Code = http.StatusGatewayTimeout, "server_error", CodeTimeout
+		e.Status, e.Type, e.Code = http.StatusGatewayTimeout, apierr.TypeServer, apierr.CodeUpstreamTimeout
 		e.Message = fmt.Sprintf("The upstream provider %s timed out: %s", c.p.name, msg)
 	case code >= 400 && code < 500:
 		e.Type, e.Code, e.Param, e.Message = f.Type, str(f.Code), str(f.Param), msg
 		if e.Type == "" {
-			e.Type = "invalid_request_error"
+			e.Type = apierr.TypeInvalidRequest
 		}
 	case code == http.StatusServiceUnavailable:
-		e.Type, e.Code = "server_error", CodeUnavailable
+		e.Type, e.Code = apierr.TypeServer, apierr.CodeUpstreamUnavailable
 		e.Message = fmt.Sprintf("The upstream provider %s is unavailable: %s", c.p.name, msg)
 	default:
-		e.Status, e.Type, e.Code = http.StatusBadGateway, "server_error", CodeUnavailable
+		e.Status, e.Type, e.Code = http.StatusBadGateway, apierr.TypeServer, apierr.CodeUpstreamUnavailable
 		e.Message = fmt.Sprintf("The upstream provider %s failed (HTTP %d): %s", c.p.name, code, msg)
 	}
 	return e
@@ -207,7 +200,7 @@ func (c *client) status(resp *http.Response, raw []byte) error {
 // badResponse is a 2xx answer that cannot be understood.
 func (c *client) badResponse(format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
-	return &engine.ProviderError{Provider: c.p.name, Status: http.StatusBadGateway, Type: "server_error", Code: CodeBadResponse,
+	return &engine.ProviderError{Provider: c.p.name, Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamBadResponse,
 		Message: fmt.Sprintf("The upstream provider %s sent an answer this node cannot read: %v", c.p.name, err), Err: err}
 }
 

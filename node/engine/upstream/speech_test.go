@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/upstream/upstreamtest"
 )
@@ -97,7 +98,7 @@ func TestSpeechPassthrough(t *testing.T) {
 	// A stream broken off midway is a 502, after the audio already sent.
 	got := 0
 	err = speaker(t, r, "upstream/acme/cut-off").Synthesize(context.Background(), engine.SpeechRequest{Text: "a b c"}, func(c []float32) error { got += len(c); return nil })
-	providerError(t, err, http.StatusBadGateway, CodeUnavailable)
+	providerError(t, err, http.StatusBadGateway, apierr.CodeUpstreamUnavailable)
 	if got == 0 {
 		t.Fatal("no audio before the break")
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 )
 
@@ -183,7 +184,7 @@ func (e *chatEngine) stream(ctx context.Context, cl *call, onDelta func(engine.C
 		}
 		if len(c.Error) > 0 && string(c.Error) != "null" {
 			f := parseErrorBody(append(append([]byte(`{"error":`), c.Error...), '}'))
-			return s.res, &engine.ProviderError{Provider: e.c.p.name, Status: http.StatusBadGateway, Type: "server_error", Code: CodeUnavailable,
+			return s.res, &engine.ProviderError{Provider: e.c.p.name, Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
 				Message: fmt.Sprintf("The upstream provider %s failed during the answer: %s", e.c.p.name, f.Message)}
 		}
 		if err := s.chunk(c); err != nil {
@@ -192,7 +193,7 @@ func (e *chatEngine) stream(ctx context.Context, cl *call, onDelta func(engine.C
 	}
 	if !s.finished {
 		if !done {
-			return s.res, &engine.ProviderError{Provider: e.c.p.name, Status: http.StatusBadGateway, Type: "server_error", Code: CodeUnavailable,
+			return s.res, &engine.ProviderError{Provider: e.c.p.name, Status: http.StatusBadGateway, Type: apierr.TypeServer, Code: apierr.CodeUpstreamUnavailable,
 				Message: fmt.Sprintf("The upstream provider %s ended the stream before the answer was complete.", e.c.p.name)}
 		}
 		if !s.started && len(s.calls) == 0 {

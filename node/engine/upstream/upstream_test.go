@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/upstream/upstreamtest"
 )
@@ -279,7 +280,7 @@ func TestProviderErrors(t *testing.T) {
 		}
 		_, err := chatter(t, r, "acme:bad-params").Chat(ctx, req, on)
 		pe := providerError(t, err, 400, "invalid_value")
-		if pe.Param != "temperature" || pe.Type != "invalid_request_error" || pe.Message != "temperature is out of range for this model" {
+		if pe.Param != "temperature" || pe.Type != apierr.TypeInvalidRequest || pe.Message != "temperature is out of range for this model" {
 			t.Errorf("400 passed as %+v", pe)
 		}
 		_, err = chatter(t, r, "acme:rate-limited").Chat(ctx, req, on)
@@ -287,19 +288,19 @@ func TestProviderErrors(t *testing.T) {
 			t.Errorf("429 Retry-After %d", pe.RetryAfter)
 		}
 		_, err = chatter(t, r, "acme:broken").Chat(ctx, req, on)
-		if pe := providerError(t, err, 502, CodeUnavailable); !strings.Contains(pe.Message, "the GPU fell over") {
+		if pe := providerError(t, err, 502, apierr.CodeUpstreamUnavailable); !strings.Contains(pe.Message, "the GPU fell over") {
 			t.Errorf("500 message %q", pe.Message)
 		}
 		_, err = chatter(t, r, "acme:overloaded").Chat(ctx, req, on)
-		if pe := providerError(t, err, 503, CodeUnavailable); pe.RetryAfter != 3 {
+		if pe := providerError(t, err, 503, apierr.CodeUpstreamUnavailable); pe.RetryAfter != 3 {
 			t.Errorf("503 Retry-After %d", pe.RetryAfter)
 		}
 		_, err = chatter(t, r, "acme:hang").Chat(ctx, req, on)
-		providerError(t, err, 504, CodeTimeout)
+		providerError(t, err, 504, apierr.CodeUpstreamTimeout)
 	}
 	// A stream that breaks off before it finishes is an outage.
 	_, err := chatter(t, r, "acme:cut-off").Chat(ctx, req, func(engine.ChatDelta) error { return nil })
-	providerError(t, err, 502, CodeUnavailable)
+	providerError(t, err, 502, apierr.CodeUpstreamUnavailable)
 
 	// The caller's own cancellation is not a provider error.
 	cctx, cancel := context.WithCancel(ctx)
@@ -315,7 +316,7 @@ func TestProviderErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = chatter(t, wrong, "acme:m").Chat(ctx, req, nil)
-	if pe := providerError(t, err, 502, CodeAuth); strings.Contains(pe.Message, "987") || strings.Contains(pe.Error(), "987") {
+	if pe := providerError(t, err, 502, apierr.CodeUpstreamAuth); strings.Contains(pe.Message, "987") || strings.Contains(pe.Error(), "987") {
 		t.Errorf("the key leaked: %q", pe.Error())
 	}
 
@@ -328,10 +329,10 @@ func TestProviderErrors(t *testing.T) {
 	ln.Close()
 	down := registry(t, "http://"+addr+"/v1", "", ModelConfig{Model: "m"}, ModelConfig{Model: "e", Task: "embeddings"})
 	_, err = chatter(t, down, "acme:m").Chat(ctx, req, nil)
-	providerError(t, err, http.StatusBadGateway, CodeUnavailable)
+	providerError(t, err, http.StatusBadGateway, apierr.CodeUpstreamUnavailable)
 	emb, _ := down.Engine("acme:e")
 	_, err = emb.(engine.Embedder).Embed(ctx, engine.EmbedRequest{Texts: []string{"x"}})
-	providerError(t, err, http.StatusBadGateway, CodeUnavailable)
+	providerError(t, err, http.StatusBadGateway, apierr.CodeUpstreamUnavailable)
 }
 
 func TestEmbeddings(t *testing.T) {
@@ -366,7 +367,7 @@ func TestEmbeddings(t *testing.T) {
 	}
 	short, _ := r.Engine("acme:short")
 	_, err = short.(engine.Embedder).Embed(context.Background(), engine.EmbedRequest{Texts: texts})
-	providerError(t, err, 502, CodeBadResponse)
+	providerError(t, err, 502, apierr.CodeUpstreamBadResponse)
 	if short.(engine.Embedder).MaxDimensions() < 1<<20 || !short.(engine.Embedder).TruncatableDimensions() {
 		t.Error("a model without configured dimensions should leave dimensions to the provider")
 	}

@@ -46,7 +46,7 @@ func reportParts(b *testing.B, decode, pre, post, bare time.Duration) {
 // decodeTime is the fastest decoding of url as the API does it.
 func decodeTime(b *testing.B, n int, url string) time.Duration {
 	return fastest(n, func() {
-		if _, err := imagecodec.Decode(url, 20<<20); err != nil {
+		if _, _, err := imagecodec.DecodeBudgeted(context.Background(), url, imagecodec.Options{MaxBytes: 20 << 20}, nil); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // Provider speaks the OpenAI wire format on /v1/chat/completions (JSON
@@ -59,9 +61,6 @@ func NewProvider(t testing.TB, key string) *Provider {
 // URL is the provider's base URL, ending in /v1.
 func (d *Provider) URL() string { return d.srv.URL + "/v1" }
 
-// Close stops the provider (its address then refuses connections).
-func (d *Provider) Close() { d.srv.Close() }
-
 // Requests is the number of requests received.
 func (d *Provider) Requests() int {
 	d.mu.Lock()
@@ -87,7 +86,7 @@ func (d *Provider) read(w http.ResponseWriter, r *http.Request) (map[string]any,
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	if err := json.Unmarshal(raw, &body); err != nil {
-		writeErr(w, 400, "bad json", "invalid_request_error", "", "invalid_json")
+		writeErr(w, 400, "bad json", apierr.TypeInvalidRequest, "", apierr.CodeInvalidJSON)
 		return nil, false
 	}
 	d.mu.Lock()
@@ -96,23 +95,23 @@ func (d *Provider) read(w http.ResponseWriter, r *http.Request) (map[string]any,
 	d.mu.Unlock()
 	if d.key != "" && r.Header.Get("Authorization") != "Bearer "+d.key {
 		// Real providers quote part of the key they got.
-		writeErr(w, 401, "Incorrect API key provided: "+r.Header.Get("Authorization"), "invalid_request_error", "", "invalid_api_key")
+		writeErr(w, 401, "Incorrect API key provided: "+r.Header.Get("Authorization"), apierr.TypeInvalidRequest, "", apierr.CodeInvalidAPIKey)
 		return nil, false
 	}
 	switch body["model"] {
 	case "bad-params":
-		writeErr(w, 400, "temperature is out of range for this model", "invalid_request_error", "temperature", "invalid_value")
+		writeErr(w, 400, "temperature is out of range for this model", apierr.TypeInvalidRequest, "temperature", apierr.CodeInvalidValue)
 		return nil, false
 	case "rate-limited":
 		w.Header().Set("Retry-After", "7")
-		writeErr(w, 429, "slow down", "rate_limit_error", "", "rate_limit_exceeded")
+		writeErr(w, 429, "slow down", apierr.TypeRateLimit, "", apierr.CodeRateLimit)
 		return nil, false
 	case "broken":
-		writeErr(w, 500, "the GPU fell over", "server_error", "", "")
+		writeErr(w, 500, "the GPU fell over", apierr.TypeServer, "", "")
 		return nil, false
 	case "overloaded":
 		w.Header().Set("Retry-After", "3")
-		writeErr(w, 503, "overloaded", "server_error", "", "")
+		writeErr(w, 503, "overloaded", apierr.TypeServer, "", "")
 		return nil, false
 	case "hang":
 		<-r.Context().Done()
@@ -280,12 +279,12 @@ func (d *Provider) images(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, ok := body["response_format"]; ok && body["model"] == "b64-only" {
-		writeErr(w, 400, "Unknown parameter: 'response_format'.", "invalid_request_error", "response_format", "unknown_parameter")
+		writeErr(w, 400, "Unknown parameter: 'response_format'.", apierr.TypeInvalidRequest, "response_format", apierr.CodeUnknownParam)
 		return
 	}
 	prompt, _ := body["prompt"].(string)
 	if prompt == "" {
-		writeErr(w, 400, "prompt is required", "invalid_request_error", "prompt", "missing_required_parameter")
+		writeErr(w, 400, "prompt is required", apierr.TypeInvalidRequest, "prompt", apierr.CodeMissingParam)
 		return
 	}
 	n := 1

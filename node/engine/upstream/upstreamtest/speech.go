@@ -5,6 +5,8 @@ import (
 	"math"
 	"net/http"
 	"strings"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // SpeechRate is the sample rate of the double's speech (OpenAI's pcm
@@ -36,13 +38,13 @@ func (d *Provider) speech(w http.ResponseWriter, r *http.Request) {
 	voice, _ := body["voice"].(string)
 	switch {
 	case strings.TrimSpace(input) == "":
-		writeErr(w, 400, "input is required", "invalid_request_error", "input", "missing_required_parameter")
+		writeErr(w, 400, "input is required", apierr.TypeInvalidRequest, "input", apierr.CodeMissingParam)
 		return
 	case voice == "" || voice == "nobody":
-		writeErr(w, 400, "unknown voice", "invalid_request_error", "voice", "invalid_value")
+		writeErr(w, 400, "unknown voice", apierr.TypeInvalidRequest, "voice", apierr.CodeInvalidValue)
 		return
 	case body["response_format"] != "pcm":
-		writeErr(w, 400, "this double speaks pcm only", "invalid_request_error", "response_format", "invalid_value")
+		writeErr(w, 400, "this double speaks pcm only", apierr.TypeInvalidRequest, "response_format", apierr.CodeInvalidValue)
 		return
 	}
 	speed := 1.0
