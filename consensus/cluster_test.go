@@ -18,6 +18,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/consensustest"
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/consensus/rpcmux"
 	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
 	"github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1/consensusv1connect"
@@ -191,7 +192,7 @@ func TestSingleNodeRestartRecoversFromDisk(t *testing.T) {
 	c.Start(1)
 	p := c.Peer("n1")
 	c.Apply(p, createKey("sk-1", 5))
-	c.Apply(p, must(consensus.SetPolicy(consensus.Policy{Nodes: []consensus.NodePolicy{{NodeID: "n1", Weight: 3}}}, false)))
+	c.Apply(p, must(consensus.SetPolicy(consensus.Policy{Nodes: []consensus.NodePolicy{{NodeID: "n1", Node: routing.Node{Weight: 3}}}}, false)))
 	if err := p.Node.Snapshot(); err != nil {
 		t.Fatal(err)
 	}

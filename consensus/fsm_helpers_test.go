@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
 )
 
@@ -110,7 +111,7 @@ func randomCommands(seed uint64, n int) ([]*Command, []time.Time) {
 			if rng.IntN(10) == 0 {
 				cmd, err = RevokeKey(keyID())
 			} else {
-				cmd, err = legacyNodePolicy(NodePolicy{NodeID: nodes[rng.IntN(3)], Weight: int32(rng.IntN(10)), Canary: rng.IntN(2) == 0, CanaryPercent: int32(rng.IntN(101)), InflightCap: int32(rng.IntN(64))}, false)
+				cmd, err = legacyNodePolicy(NodePolicy{NodeID: nodes[rng.IntN(3)], Node: routing.Node{Weight: int32(rng.IntN(10)), Canary: rng.IntN(2) == 0, CanaryPercent: int32(rng.IntN(101)), InflightCap: int32(rng.IntN(64))}}, false)
 			}
 		case 3:
 			cmd, err = legacyModelPolicy(ModelPolicy{Model: models[rng.IntN(3)], Lifecycle: []string{"", LifecycleActive, LifecycleDeprecated, LifecycleBlocked}[rng.IntN(4)], Replacement: models[rng.IntN(3)], Price: Price{RequestMicros: int64(rng.IntN(10))}}, false)

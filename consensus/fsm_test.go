@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"io"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
 )
 
@@ -100,7 +102,7 @@ func TestPolicy(t *testing.T) {
 	}
 	seed := Policy{
 		Strategy: "weighted", Governance: GovernanceCurated,
-		Nodes:  []NodePolicy{{NodeID: "n2", Weight: 2}, {NodeID: "n1", Weight: 5, Canary: true, CanaryPercent: 10, InflightCap: 8}},
+		Nodes:  []NodePolicy{{NodeID: "n2", Node: routing.Node{Weight: 2}}, {NodeID: "n1", Node: routing.Node{Weight: 5, Canary: true, CanaryPercent: 10, InflightCap: 8}}},
 		Models: []ModelPolicy{{Model: "old", Lifecycle: LifecycleDeprecated, Replacement: "new"}, {Model: "bad", Lifecycle: LifecycleBlocked}},
 	}
 	res := m.ok(must(SetPolicy(seed, true)), t0)
@@ -155,7 +157,7 @@ func TestBuildersRefuseBadValues(t *testing.T) {
 		"negative quota":        second(CreateKey(KeySpec{Hash: hashKey("x"), Name: "x", Limits: Limits{DailyQuota: -1}})),
 		"bad strategy":          second(UpdatePolicy(PolicyChange{Strategy: &bad})),
 		"bad governance":        second(UpdatePolicy(PolicyChange{Governance: &mode})),
-		"canary percent":        second(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "n1", CanaryPercent: 101}}}, false)),
+		"canary percent":        second(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "n1", Node: routing.Node{CanaryPercent: 101}}}}, false)),
 		"lifecycle":             second(SetPolicy(Policy{Models: []ModelPolicy{{Model: "m", Lifecycle: "retired"}}}, false)),
 		"duplicate node":        second(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "a"}, {NodeID: "a"}}}, false)),
 		"lease kind":            second(AcquireLease(LeaseRequest{NodeID: "n", KeyID: "k", Want: 1})),
@@ -322,7 +324,7 @@ func TestDigestSeesEveryTable(t *testing.T) {
 	d0 := base.view().Digest()
 	changes := map[string]*Command{
 		"key":    must(CreateKey(KeySpec{Hash: hashKey("sk"), Name: "k"})),
-		"policy": must(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "n1", Weight: 1}}}, false)),
+		"policy": must(SetPolicy(Policy{Nodes: []NodePolicy{{NodeID: "n1", Node: routing.Node{Weight: 1}}}}, false)),
 		"usage":  must(RecordUsage("n1", 0, []UsageEntry{{Requests: 1}})),
 	}
 	for name, cmd := range changes {
@@ -484,4 +486,43 @@ func TestPlanFreeAllowanceAndAuditKeys(t *testing.T) {
 			t.Fatalf("snapshot round trip: %v", err)
 		}
 	})
+}
+
+// TestPolicyEntriesOfAnOlderBuild: raft log entries of routing policy
+// written before NodePolicy took routing.Node (bytes frozen from that
+// build) still apply to the same state, and today's builders encode the
+// same bytes, so an existing data directory replays unchanged.
+func TestPolicyEntriesOfAnOlderBuild(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct {
+		name, old string
+		cmd       *Command
+	}{
+		{"node", "080c188080a8b1e39fe7cb17220e0a0c0a026e3110051801200a2808",
+			must(legacyNodePolicy(NodePolicy{NodeID: "n1", Node: routing.Node{Weight: 5, Canary: true, CanaryPercent: 10, InflightCap: 8}}, false))},
+		{"policy", "080a188080a8b1e39fe7cb1722140a120a0877656967687465641a060a026e321002",
+			must(SetPolicy(Policy{Strategy: "weighted", Nodes: []NodePolicy{{NodeID: "n2", Node: routing.Node{Weight: 2}}}}, false))},
+	} {
+		if got := hex.EncodeToString(entry(t, c.cmd, at)); got != c.old {
+			t.Errorf("%s: encoded %s, the older build wrote %s", c.name, got, c.old)
+		}
+	}
+	m := newMachine(t)
+	for _, old := range []string{"080c188080a8b1e39fe7cb17220e0a0c0a026e3110051801200a2808", "080a188080a8b1e39fe7cb1722140a120a0877656967687465641a060a026e321002"} {
+		b, _ := hex.DecodeString(old)
+		if out := m.applyRaw(b); out.err != nil || out.res.GetRejectionCode() != "" {
+			t.Fatalf("old entry %s: %v %v", old, out.err, out.res.GetRejectionCode())
+		}
+	}
+	// The whole-policy entry replaced the node entry before it.
+	p := m.view().Policy()
+	if p.Strategy != "weighted" || len(p.Nodes) != 1 || p.Nodes[0] != (NodePolicy{NodeID: "n2", Node: routing.Node{Weight: 2}}) {
+		t.Fatalf("policy from old entries: %+v", p)
+	}
+	m = newMachine(t)
+	b, _ := hex.DecodeString("080c188080a8b1e39fe7cb17220e0a0c0a026e3110051801200a2808")
+	m.applyRaw(b)
+	if np, ok := m.view().NodePolicy("n1"); !ok || np.Node != (routing.Node{Weight: 5, Canary: true, CanaryPercent: 10, InflightCap: 8}) {
+		t.Fatalf("node policy from an old entry: %+v %v", np, ok)
+	}
 }

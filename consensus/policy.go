@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	pb "github.com/infermesh/infermesh/proto/gen/infermesh/consensus/v1"
 )
 
@@ -66,11 +67,10 @@ func ceilDiv(a, b int64) int64 {
 
 // NodePolicy is one node's routing settings.
 type NodePolicy struct {
-	NodeID        string // node id
-	Weight        int32  // weight for the weighted strategy
-	Canary        bool   // the node is a canary
-	CanaryPercent int32  // 0..100
-	InflightCap   int32  // zero: the node's own default
+	NodeID string // node id
+	// Node is the settings: weight, canary and canary percent (0..100),
+	// in-flight cap (zero: the node's own default).
+	routing.Node
 }
 
 // ModelPolicy is one model's lifecycle and price.
@@ -270,10 +270,9 @@ func policyFromProto(p *pb.Policy) Policy {
 }
 
 func nodePolicyFromProto(n *pb.NodePolicy) NodePolicy {
-	return NodePolicy{
-		NodeID: n.GetNodeId(), Weight: n.GetWeight(), Canary: n.GetCanary(),
-		CanaryPercent: n.GetCanaryPercent(), InflightCap: n.GetInflightCap(),
-	}
+	return NodePolicy{NodeID: n.GetNodeId(), Node: routing.Node{
+		Weight: n.GetWeight(), Canary: n.GetCanary(), CanaryPercent: n.GetCanaryPercent(), InflightCap: n.GetInflightCap(),
+	}}
 }
 
 func modelPolicyToProto(m ModelPolicy) *pb.ModelPolicy {

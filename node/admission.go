@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"log/slog"
+
 	"encoding/hex"
 	"errors"
 	"net"
@@ -11,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infermesh/infermesh/node/audit"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/auth"
@@ -18,9 +23,37 @@ import (
 	"github.com/infermesh/infermesh/node/limits"
 )
 
-// This file makes *Node the api.Admission: callers are authenticated from
-// the replicated keys (node/auth) and counted work is admitted against
-// rpm buckets and raft-leased quotas and budgets (node/limits).
+// admissionDeps are what the api.Admission needs besides the raft group
+// it reads keys, prices and leases from (start).
+type admissionDeps struct {
+	nodeID, listen  string
+	trustProxy      bool
+	legacyAllowPull bool // the legacy listener's keyless caller may pull
+	limits          LimitsConfig
+	inflightCap     int
+	fastTimers      bool
+	cluster         *cluster   // raft, once Start built it
+	obs             *observer  // metrics of admitted requests
+	audit           *audit.Log // nil when the audit log is off
+	log             *slog.Logger
+	reg             *prometheus.Registry
+	clock           func() time.Time
+}
+
+// admission is the api.Admission: callers are authenticated from the
+// replicated keys (node/auth) and counted work is admitted against rpm
+// buckets and raft-leased quotas and budgets (node/limits). It owns the
+// busy gate the local handler is wrapped in (gateLocal).
+type admission struct {
+	admissionDeps
+	authn   *auth.Authenticator
+	limiter *limits.Limiter
+	gate    *limits.Gate // busy gate ordering engine work by priority
+}
+
+func newAdmission(d admissionDeps) *admission { return &admission{admissionDeps: d} }
+
+var _ api.Admission = (*admission)(nil)
 
 // replicatedKeys is auth's KeyStore over the local raft replica.
 type replicatedKeys struct{ n *consensus.Node }
@@ -45,17 +78,17 @@ func denialError(d *auth.Denial) *api.APIError {
 	return e
 }
 
-// startAdmission builds the authenticator and limiter over raft.
-func (n *Node) startAdmission() error {
+// start builds the authenticator, busy gate and limiter over raft.
+func (n *admission) start() {
 	c := n.cluster
-	n.authn = auth.New(auth.Config{LoopbackListener: auth.LoopbackOnly(n.cfg.Listen), TrustProxy: n.cfg.TrustProxy},
+	n.authn = auth.New(auth.Config{LoopbackListener: auth.LoopbackOnly(n.listen), TrustProxy: n.trustProxy},
 		replicatedKeys{c.raft}, n.log, n.reg, n.clock)
 	// A budgeted request without an output cap reserves the local
 	// decoder's default output cap, so the reservation covers the charge.
-	lc := n.cfg.Limits
+	lc := n.limits
 	capacity := lc.BusyCapacity
 	if capacity == 0 {
-		capacity = n.cfg.InflightCap
+		capacity = n.inflightCap
 	}
 	n.gate = limits.NewGate(limits.GateConfig{MaxInflight: capacity, MaxQueue: lc.BusyQueue, Reserve: lc.BusyReserve, MaxWait: lc.BusyWait}, n.reg, n.clock)
 	// The gate is entered where the work runs (gateLocal), not where the
@@ -65,17 +98,16 @@ func (n *Node) startAdmission() error {
 		Prices: limits.NewConsensusPrices(c.raft), DefaultOutputTokens: defaultReservedOutput,
 		Plan: limits.NewConsensusPlan(c.raft), ThirdPartyTools: lc.ThirdPartyTools,
 	}
-	if n.cfg.FastTimers {
+	if n.fastTimers {
 		lcfg.LeaseTTL = 5 * time.Second // holdings of a killed node expire within a test
 	}
 	n.limiter = limits.New(lcfg, limits.NewConsensusLeaser(c.raft), n.log, n.reg, n.clock)
-	return nil
 }
 
 // Authenticate resolves the caller of a request.
-func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
+func (n *admission) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 	if legacy.FromLegacy(r.Context()) {
-		c := legacyCaller(n.cfg.Legacy.AllowPull)
+		c := legacyCaller(n.legacyAllowPull)
 		if d := n.authn.Authorize(c, auth.Classify(r.Method, r.URL.Path)); d != nil {
 			return nil, denialError(d)
 		}
@@ -89,7 +121,7 @@ func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 	// (Not for a loopback-only node's own callers: an unknown key from them
 	// is ignored by the loopback rule anyway.)
 	ip := net.ParseIP(api.ClientAddr(r.Context()))
-	operator := auth.LoopbackOnly(n.cfg.Listen) && ip != nil && ip.IsLoopback()
+	operator := auth.LoopbackOnly(n.listen) && ip != nil && ip.IsLoopback()
 	if key, ok := auth.KeyFromHeader(r.Header); ok && !operator && !n.cluster.raft.CaughtUp() {
 		if _, known := (replicatedKeys{n.cluster.raft}).KeyByHash(auth.HashKey(key)); !known {
 			e := api.Errorf(http.StatusServiceUnavailable, api.TypeServer, "replica_catching_up", "",
@@ -107,7 +139,7 @@ func (n *Node) Authenticate(r *http.Request) (context.Context, *api.APIError) {
 
 // Admit counts a request for model against the caller's limits; done
 // reports how it ended.
-func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Served), *api.APIError) {
+func (n *admission) Admit(r *http.Request, model string, body []byte) (func(api.Served), *api.APIError) {
 	caller, _ := auth.CallerFrom(r.Context())
 	req := limits.Request{
 		Caller:     caller,
@@ -129,17 +161,17 @@ func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Serve
 	audited := req.Counted && !caller.Forwarded
 	if d != nil {
 		if audited {
-			n.auditRequest(r, model, start, api.Served{Status: d.Status})
+			auditRequest(n.audit, n.clock, r, model, start, api.Served{Status: d.Status})
 		}
 		return nil, denialError(d)
 	}
 	return func(s api.Served) {
 		n.obs.served(r, model, s)
 		if audited {
-			n.auditRequest(r, model, start, s)
+			auditRequest(n.audit, n.clock, r, model, start, s)
 		}
 		worker := s.Backend
-		if worker == n.cfg.NodeID {
+		if worker == n.nodeID {
 			worker = "" // the reporting node itself
 		}
 		t.Done(limits.Usage{Status: s.Status, PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, Worker: worker})

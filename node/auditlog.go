@@ -69,17 +69,18 @@ func (n *Node) openAudit() error {
 	return nil
 }
 
-// auditRequest records one counted request that ended with s.
-func (n *Node) auditRequest(r *http.Request, model string, start time.Time, s api.Served) {
-	if n.audit == nil {
+// auditRequest records in log (nil: off) one counted request that ended
+// with s.
+func auditRequest(log *audit.Log, clock func() time.Time, r *http.Request, model string, start time.Time, s api.Served) {
+	if log == nil {
 		return
 	}
 	rec := audit.Record{Time: start, Endpoint: r.URL.Path, Model: model, Worker: s.Backend, Status: s.Status,
-		Duration: n.clock().Sub(start), RequestID: api.RequestID(r.Context())}
+		Duration: clock().Sub(start), RequestID: api.RequestID(r.Context())}
 	if c, ok := auth.CallerFrom(r.Context()); ok {
 		rec.KeyID, rec.App = c.KeyID, c.App
 	}
-	n.audit.Append(rec)
+	log.Append(rec)
 }
 
 // publishAuditKey stores this node's audit public key in the replicated
@@ -126,7 +127,7 @@ func (n *Node) exportAudit(ctx context.Context, q audit.Query, w io.Writer, auth
 		scheme = "https"
 	}
 	client := &http.Client{Timeout: 5 * time.Minute}
-	for _, m := range n.Members() {
+	for _, m := range n.backend.Members() {
 		if m.Self || m.HTTPAddr == "" || m.State == "dead" || m.State == "left" {
 			continue
 		}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/infermesh/infermesh/consensus"
 
@@ -18,9 +20,29 @@ import (
 	"github.com/infermesh/infermesh/node/models"
 )
 
-// This file makes *Node the api.Backend.
+// backendDeps are what the api.Backend reads: this node's store and
+// engines, and the cluster (gossiped peers, replicated policy and
+// readiness) whose parts Start fills in.
+type backendDeps struct {
+	nodeID, version, engine string
+	clock                   func() time.Time
+	store                   *models.Store
+	engines                 *engines
+	imageGate               *api.ImageGate
+	cluster                 *cluster     // parts nil until Start built them
+	draining                *atomic.Bool // set by Drain
+	started                 *time.Time   // set by Start
+}
 
-func (n *Node) toAPI(m *models.Manifest) api.Model {
+// backend is the api.Backend: the mesh's models, their resolution and
+// routing verdict, this node's engines, and readiness.
+type backend struct{ backendDeps }
+
+func newBackend(d backendDeps) *backend { return &backend{d} }
+
+var _ api.Backend = (*backend)(nil)
+
+func (n *backend) toAPI(m *models.Manifest) api.Model {
 	return api.Model{
 		ID: m.ID, WireID: m.WireID(), Runtime: m.Runtime(), Task: m.Task,
 		Modalities: m.Modalities, Created: m.Created, SizeBytes: m.TotalSize(),
@@ -29,15 +51,15 @@ func (n *Node) toAPI(m *models.Manifest) api.Model {
 }
 
 // Models lists the models this node or any routable peer serves.
-func (n *Node) Models() []api.Model {
+func (n *backend) Models() []api.Model {
 	seen := map[string]api.Model{}
 	for _, m := range n.store.List() {
 		seen[m.ID] = n.toAPI(m)
 	}
-	for _, m := range n.upstreamModels() {
+	for _, m := range n.engines.upstreamModels() {
 		seen[m.ID] = m
 	}
-	if n.cluster != nil && n.cluster.mesh != nil {
+	if n.cluster.mesh != nil {
 		for _, p := range n.cluster.mesh.Peers() {
 			if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
 				continue
@@ -57,7 +79,7 @@ func (n *Node) Models() []api.Model {
 	out := make([]api.Model, 0, len(seen))
 	for _, m := range seen {
 		// Models the operator blocked are hidden (and so not routable).
-		lc, repl := n.modelLifecycle(m.ID)
+		lc, repl := n.cluster.modelLifecycle(m.ID)
 		if lc == consensus.LifecycleBlocked {
 			continue
 		}
@@ -71,9 +93,9 @@ func (n *Node) Models() []api.Model {
 }
 
 // Model resolves a canonical or wire id among the mesh's models.
-func (n *Node) Model(id string) (api.Model, bool) {
+func (n *backend) Model(id string) (api.Model, bool) {
 	if m, err := n.store.Get(id); err == nil {
-		lc, repl := n.modelLifecycle(m.ID)
+		lc, repl := n.cluster.modelLifecycle(m.ID)
 		if lc == consensus.LifecycleBlocked {
 			return api.Model{}, false
 		}
@@ -91,8 +113,33 @@ func (n *Node) Model(id string) (api.Model, bool) {
 	return api.Model{}, false
 }
 
+// ImageGate is the node's image gate (api.ImageGater): ImageConcurrency
+// jobs at once, ImageQueue waiting; its depth is gossiped.
+func (n *backend) ImageGate() *api.ImageGate { return n.imageGate }
+
+// Route resolves the model a routed request names, once: the policy's
+// block, the task's default model when id is "", a model whose every
+// holder is draining, and the mesh-wide resolution, in that order.
+func (n *backend) Route(id, defaultTask string) (api.Model, api.Verdict) {
+	if id != "" && n.blocked(id) {
+		return api.Model{}, api.VerdictBlocked
+	}
+	if id == "" && defaultTask != "" {
+		// The default model of the task is never a blocked one.
+		id = n.DefaultModel(defaultTask)
+	}
+	if (id != "" || defaultTask != "") && n.drainingOnly(id, defaultTask) {
+		return api.Model{}, api.VerdictDraining
+	}
+	m, ok := n.Model(id)
+	if id == "" || !ok {
+		return api.Model{}, api.VerdictLocal
+	}
+	return m, api.VerdictServe
+}
+
 // DefaultModel is the first model (by id) of a task in the mesh.
-func (n *Node) DefaultModel(task string) string {
+func (n *backend) DefaultModel(task string) string {
 	for _, m := range n.Models() {
 		if m.Task == task {
 			return m.ID
@@ -102,7 +149,7 @@ func (n *Node) DefaultModel(task string) string {
 }
 
 // Embedder returns the embeddings engine of a model.
-func (n *Node) Embedder(ctx context.Context, id string) (engine.Embedder, error) {
+func (n *backend) Embedder(ctx context.Context, id string) (engine.Embedder, error) {
 	e, err := n.engines.get(ctx, id, engine.TaskEmbeddings)
 	if err != nil {
 		return nil, err
@@ -111,7 +158,7 @@ func (n *Node) Embedder(ctx context.Context, id string) (engine.Embedder, error)
 }
 
 // Chatter returns the chat engine of a model.
-func (n *Node) Chatter(ctx context.Context, id string) (engine.Chatter, error) {
+func (n *backend) Chatter(ctx context.Context, id string) (engine.Chatter, error) {
 	e, err := n.engines.get(ctx, id, engine.TaskChat)
 	if err != nil {
 		return nil, err
@@ -120,7 +167,7 @@ func (n *Node) Chatter(ctx context.Context, id string) (engine.Chatter, error) {
 }
 
 // ImageGenerator returns the image generation engine of a model.
-func (n *Node) ImageGenerator(ctx context.Context, id string) (engine.ImageGenerator, error) {
+func (n *backend) ImageGenerator(ctx context.Context, id string) (engine.ImageGenerator, error) {
 	e, err := n.engines.get(ctx, id, engine.TaskImageGeneration)
 	if err != nil {
 		return nil, err
@@ -131,10 +178,10 @@ func (n *Node) ImageGenerator(ctx context.Context, id string) (engine.ImageGener
 // TaskEngine returns the engine of a model for a task, or of the first
 // installed model of the task the policy does not block when id is empty.
 // A model the policy blocks is refused with 403 model_blocked.
-func (n *Node) TaskEngine(ctx context.Context, task engine.Task, id string) (engine.Engine, string, error) {
+func (n *backend) TaskEngine(ctx context.Context, task engine.Task, id string) (engine.Engine, string, error) {
 	if id == "" {
 		for _, m := range n.store.List() {
-			if engine.Task(m.Task) == task && !n.Blocked(m.ID) {
+			if engine.Task(m.Task) == task && !n.blocked(m.ID) {
 				id = m.ID
 				break
 			}
@@ -142,7 +189,7 @@ func (n *Node) TaskEngine(ctx context.Context, task engine.Task, id string) (eng
 		if id == "" {
 			return nil, "", fmt.Errorf("no %s model installed: %w", task, api.ErrModelNotFound)
 		}
-	} else if n.Blocked(id) {
+	} else if n.blocked(id) {
 		return nil, "", blockedError(id)
 	}
 	e, err := n.engines.get(ctx, id, task)
@@ -158,25 +205,25 @@ func blockedError(id string) *api.APIError {
 		fmt.Sprintf("The model '%s' is blocked by the pool policy.", id))
 }
 
-// Blocked reports whether the pool policy blocks model id (canonical or
+// blocked reports whether the pool policy blocks model id (canonical or
 // wire id of a model of this node or a peer).
-func (n *Node) Blocked(id string) bool {
-	lc, _ := n.modelLifecycle(n.canonicalID(id))
+func (n *backend) blocked(id string) bool {
+	lc, _ := n.cluster.modelLifecycle(n.canonicalID(id))
 	return lc == consensus.LifecycleBlocked
 }
 
 // canonicalID resolves a wire id to the canonical id of the model some
 // node holds; other ids come back unchanged.
-func (n *Node) canonicalID(id string) string {
+func (n *backend) canonicalID(id string) string {
 	if m, err := n.store.Get(id); err == nil {
 		return m.ID
 	}
-	for _, m := range n.upstreamModels() {
+	for _, m := range n.engines.upstreamModels() {
 		if m.ID == id || m.WireID == id {
 			return m.ID
 		}
 	}
-	if n.cluster != nil && n.cluster.mesh != nil {
+	if n.cluster.mesh != nil {
 		for _, p := range n.cluster.mesh.Peers() {
 			for mid, pm := range p.Models {
 				if mid == id || (pm.WireID != "" && pm.WireID == id) {
@@ -189,15 +236,15 @@ func (n *Node) canonicalID(id string) string {
 }
 
 // Draining reports whether the node is shutting down.
-func (n *Node) Draining() bool { return n.draining.Load() }
+func (n *backend) Draining() bool { return n.draining.Load() }
 
 // NotReady says why keyed requests may not be served yet: the raft
 // replica that holds the API keys has no leader or has not caught up (the
 // same test Authenticate uses to answer unknown keys 503
 // replica_catching_up); "" when the node is ready.
-func (n *Node) NotReady() string {
+func (n *backend) NotReady() string {
 	c := n.cluster
-	if c == nil || c.raft == nil {
+	if c.raft == nil {
 		return "the node's cluster is not started"
 	}
 	if c.raft.CaughtUp() {
@@ -209,11 +256,11 @@ func (n *Node) NotReady() string {
 	return "this node's copy of the API keys and policy is catching up with the raft leader"
 }
 
-// DrainingOnly reports whether model id (canonical or wire id; "" means
+// drainingOnly reports whether model id (canonical or wire id; "" means
 // any model of task) is held by some node and every node that holds it is
 // draining, this one included. Peers whose health is unknown count as
 // neither.
-func (n *Node) DrainingOnly(id, task string) bool {
+func (n *backend) drainingOnly(id, task string) bool {
 	if id == "" && task == "" {
 		return false
 	}
@@ -221,7 +268,7 @@ func (n *Node) DrainingOnly(id, task string) bool {
 		if id != "" {
 			return canonical == id || (wire != "" && wire == id)
 		}
-		return mtask == task && !n.Blocked(canonical)
+		return mtask == task && !n.blocked(canonical)
 	}
 	held, live := false, false
 	self := n.Draining()
@@ -230,12 +277,12 @@ func (n *Node) DrainingOnly(id, task string) bool {
 			held, live = true, live || !self
 		}
 	}
-	for _, m := range n.upstreamModels() {
+	for _, m := range n.engines.upstreamModels() {
 		if matches(m.ID, m.WireID, m.Task) {
 			held, live = true, live || !self
 		}
 	}
-	if n.cluster != nil && n.cluster.mesh != nil {
+	if n.cluster.mesh != nil {
 		for _, p := range n.cluster.mesh.Peers() {
 			if p.Self {
 				continue
@@ -258,37 +305,22 @@ func (n *Node) DrainingOnly(id, task string) bool {
 }
 
 // Status is the dashboard's view of this node.
-func (n *Node) Status() map[string]any {
+func (n *backend) Status() api.NodeStatus {
 	state := "ready"
 	if n.Draining() {
 		state = "draining"
 	}
-	type modelRow struct {
-		ID     string `json:"id"`
-		WireID string `json:"wire_id"`
-		Task   string `json:"task"`
-		Warm   bool   `json:"warm"`
-	}
-	var rows []modelRow
+	var rows []api.StatusModel
 	for _, m := range n.Models() {
-		rows = append(rows, modelRow{m.ID, m.WireID, m.Task, m.Warm})
+		rows = append(rows, api.StatusModel{ID: m.ID, WireID: m.WireID, Task: m.Task, Warm: m.Warm})
 	}
-	return map[string]any{
-		"node_id":        n.cfg.NodeID,
-		"state":          state,
-		"version":        n.cfg.Version,
-		"engine":         cmp.Or(n.cfg.Engine, EngineLocal),
-		"uptime_seconds": int64(n.clock().Sub(n.started).Seconds()),
-		"models":         rows,
-		"peers":          n.peerRows(),
-	}
+	return api.NodeStatus{NodeID: n.nodeID, State: state, Version: n.version, Engine: cmp.Or(n.engine, EngineLocal),
+		UptimeSeconds: int64(n.clock().Sub(*n.started).Seconds()), Models: rows, Peers: n.peerRows()}
 }
 
-var _ api.Backend = (*Node)(nil)
-
 // peerRows is the dashboard's and `infermesh members`' view of the mesh.
-func (n *Node) peerRows() []api.Member {
-	if n.cluster == nil || n.cluster.mesh == nil {
+func (n *backend) peerRows() []api.Member {
+	if n.cluster.mesh == nil {
 		return nil
 	}
 	var out []api.Member
@@ -310,7 +342,7 @@ func (n *Node) peerRows() []api.Member {
 }
 
 // Members lists the mesh's nodes.
-func (n *Node) Members() []api.Member { return n.peerRows() }
+func (n *backend) Members() []api.Member { return n.peerRows() }
 
 // errNotFound wraps models.ErrNotFound as the API's sentinel.
 func errNotFound(id string) error {

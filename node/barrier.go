@@ -34,9 +34,9 @@ const (
 
 // WaitApplied waits until this node's replica has applied index or ctx
 // ends, and returns the applied index.
-func (n *Node) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
+func (n *governance) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
 	c := n.cluster
-	if c == nil || c.raft == nil {
+	if c.raft == nil {
 		return 0, errors.New("raft is not running on this node")
 	}
 	t := time.NewTicker(2 * time.Millisecond)
@@ -57,7 +57,7 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) (uint64, error) {
 // writeVisible waits (bounded) until this node has applied the entry of
 // an admin write; with everywhere, every live peer too. Failures are
 // logged: the write itself is committed.
-func (n *Node) writeVisible(ctx context.Context, index uint64, everywhere bool) {
+func (n *governance) writeVisible(ctx context.Context, index uint64, everywhere bool) {
 	if index == 0 {
 		return
 	}
@@ -81,9 +81,9 @@ func (n *Node) writeVisible(ctx context.Context, index uint64, everywhere bool) 
 
 // waitPeersApplied asks every live peer, at once, to wait until it has
 // applied index (at most bound) and returns the ids that did not confirm.
-func (n *Node) waitPeersApplied(ctx context.Context, index uint64, bound time.Duration) []string {
+func (n *governance) waitPeersApplied(ctx context.Context, index uint64, bound time.Duration) []string {
 	c := n.cluster
-	if c == nil || c.mesh == nil || c.fwdCli == nil {
+	if c.mesh == nil || c.fwdCli == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound+500*time.Millisecond)
@@ -113,7 +113,7 @@ func (n *Node) waitPeersApplied(ctx context.Context, index uint64, bound time.Du
 }
 
 // peerApplied runs one barrier read on a peer.
-func (n *Node) peerApplied(ctx context.Context, addr, path string) error {
+func (n *governance) peerApplied(ctx context.Context, addr, path string) error {
 	s, err := n.cluster.fwdCli.Forward(ctx, addr, &forward.Request{Method: http.MethodGet, Path: path, Header: http.Header{}, Unary: true})
 	if err != nil {
 		return err

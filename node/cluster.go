@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -27,8 +25,8 @@ import (
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/mesh/transfer"
 	"github.com/infermesh/infermesh/node/api"
-	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/dispatch"
+	"github.com/infermesh/infermesh/node/models"
 )
 
 // cluster holds the parts that make a node a member of the mesh: the
@@ -73,50 +71,91 @@ func portOf(addr string) string {
 	return p
 }
 
+// clusterStart carries what the steps of startCluster hand each other.
+type clusterStart struct {
+	secret   string // the cluster secret (generated for a lone node)
+	host     string // the host peers dial
+	rpcAddr  string // the advertised RPC address
+	httpAddr string // the bound client listener
+	peerTLS  *rpcmux.PeerTLS
+	signer   *peerauth.Signer
+	verifier *peerauth.Verifier
+	join     bool // raft joins an existing group
+}
+
 // startCluster opens the RPC port, starts raft and gossip, and builds the
-// forwarding server, client and dispatcher. httpAddr is the bound client
-// listener, advertised to peers.
-func (n *Node) startCluster(httpAddr string) error {
-	cfg := n.cfg
-	c := &cluster{done: make(chan struct{})}
-	n.cluster = c
-	secret := cfg.ClusterSecret
-	if secret == "" {
-		var b [32]byte
-		rand.Read(b[:])
-		secret = hex.EncodeToString(b[:])
-		n.log.Info("no cluster secret set: generated one for this single node; peers need --cluster-secret to join")
+// forwarding server, client and dispatcher, one named step at a time.
+// httpAddr is the bound client listener, advertised to peers. A step that
+// fails stops what the earlier ones started through stopCluster, the same
+// teardown a drain ends with (it skips the parts not built yet).
+func (n *Node) startCluster(httpAddr string) (err error) {
+	c := n.cluster
+	s := &clusterStart{secret: n.clusterSecret(), httpAddr: httpAddr}
+	defer func() {
+		if err != nil {
+			n.stopCluster(context.Background())
+		}
+	}()
+	steps := []func(*cluster, *clusterStart) error{
+		n.openRPC,       // RPC port, mux, peerauth signer and verifier
+		n.startRaft,     // the raft group (consensus.New)
+		n.startAdmitter, // authenticator, busy gate, limiter
+		n.startGossip,   // memberlist, membership relay, rejoin loop
+		n.startDispatch, // forward client and the dispatcher
+		n.serveRPC,      // forward and transfer servers on the RPC port
 	}
-	ln, err := net.Listen("tcp", cfg.RPCListen)
-	if err != nil {
-		return fmt.Errorf("rpc listen on %s: %w", cfg.RPCListen, err)
+	for _, step := range steps {
+		if err := step(c, s); err != nil {
+			return err
+		}
 	}
-	host, err := n.advertiseHost(ln.Addr().String())
+	n.publishModels()
+	c.mesh.SetHealth(route.HealthReady)
+	n.log.Info("mesh member", "rpc", s.rpcAddr, "gossip", c.mesh.GossipAddr(), "join", n.cfg.Join)
+	return nil
+}
+
+// clusterSecret is --cluster-secret, or a fresh one for a lone node.
+func (n *Node) clusterSecret() string {
+	if n.cfg.ClusterSecret != "" {
+		return n.cfg.ClusterSecret
+	}
+	var b [32]byte
+	rand.Read(b[:])
+	n.log.Info("no cluster secret set: generated one for this single node; peers need --cluster-secret to join")
+	return hex.EncodeToString(b[:])
+}
+
+// openRPC opens the RPC port behind its multiplexer and builds the
+// peerauth signer and verifier.
+//
+// Every node-to-node byte is authenticated with the secret, which never
+// leaves the node: raft connections by the mux's handshake, Connect calls
+// by peerauth signatures (one verifier, so one replay cache and one
+// refusal counter, for every service on the port), and gossip by a key
+// derived from it unless --gossip-key is given. With --peer-cert the RPC
+// port is mutual TLS only (rpcmux); the secret keeps authenticating raft
+// and every call inside it.
+func (n *Node) openRPC(c *cluster, s *clusterStart) error {
+	ln, err := net.Listen("tcp", n.cfg.RPCListen)
 	if err != nil {
+		return fmt.Errorf("rpc listen on %s: %w", n.cfg.RPCListen, err)
+	}
+	if s.host, err = n.advertiseHost(ln.Addr().String()); err != nil {
 		ln.Close()
 		return err
 	}
-	rpcAddr := net.JoinHostPort(host, portOf(ln.Addr().String()))
-	// Every node-to-node byte is authenticated with the secret, which
-	// never leaves the node: raft connections by the mux's handshake,
-	// Connect calls by peerauth signatures (one verifier, so one replay
-	// cache and one refusal counter, for every service on the port), and
-	// gossip by a key derived from it unless --gossip-key is given.
-	// With --peer-cert the RPC port is mutual TLS only (rpcmux); the
-	// secret keeps authenticating raft and every call inside it.
-	peerTLS := n.tls.peerTLS()
-	if c.mux, err = rpcmux.New(ln, secret, n.log, rpcmux.WithPeerTLS(peerTLS)); err != nil {
+	s.rpcAddr = net.JoinHostPort(s.host, portOf(ln.Addr().String()))
+	s.peerTLS = n.tls.peerTLS()
+	if c.mux, err = rpcmux.New(ln, s.secret, n.log, rpcmux.WithPeerTLS(s.peerTLS)); err != nil {
 		ln.Close()
 		return err
 	}
-	signer, err := peerauth.NewSigner(secret, peerauth.Options{})
-	if err != nil {
-		ln.Close()
+	// From here stopCluster closes the listener with the mux.
+	if s.signer, err = peerauth.NewSigner(s.secret, peerauth.Options{}); err != nil {
 		return err
 	}
-	verifier, err := peerauth.NewVerifier(secret, peerauth.Options{Logger: n.log, Registerer: n.reg})
-	if err != nil {
-		ln.Close()
+	if s.verifier, err = peerauth.NewVerifier(s.secret, peerauth.Options{Logger: n.log, Registerer: n.reg}); err != nil {
 		return err
 	}
 	if n.reg != nil {
@@ -124,34 +163,39 @@ func (n *Node) startCluster(httpAddr string) error {
 			Namespace: "infermesh", Subsystem: "rpc", Name: "raft_handshake_refused_total",
 			Help: "Raft connections to the RPC port closed because they did not prove the cluster secret.",
 		}, func() float64 { return float64(c.mux.RaftRefused()) })); err != nil {
-			ln.Close()
 			return err
 		}
 		if err := n.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "infermesh", Subsystem: "rpc", Name: "tls_refused_total",
 			Help: "Connections to the RPC port refused by peer TLS (not TLS, no or an untrusted or expired certificate).",
 		}, func() float64 { return float64(c.mux.TLSRefused()) })); err != nil {
-			ln.Close()
 			return err
 		}
 	}
 	go c.mux.Serve()
+	return nil
+}
 
+// startRaft starts the raft group on the mux's raft listener, and the
+// background writes that need it (admin key, replicated audit key).
+func (n *Node) startRaft(c *cluster, s *clusterStart) error {
+	cfg := n.cfg
+	s.join = len(n.joinAddrs()) > 0
 	rc := consensus.Config{
 		NodeID:        cfg.NodeID,
-		AdvertiseAddr: rpcAddr,
+		AdvertiseAddr: s.rpcAddr,
 		DataDir:       cfg.DataDir,
 		RaftListener:  c.mux.Raft(),
-		Join:          len(n.joinAddrs()) > 0,
+		Join:          s.join,
 		Voters:        cfg.Voters,
 		// The node that bootstraps through --bootstrap-expect creates the
 		// bootstrap admin key, as a lone bootstrapping node does.
 		BootstrapExpect: cfg.BootstrapExpect,
 		OnBootstrap:     func() { n.ensureAdminKey(true) },
 		Members:         memberSource{n},
-		ClusterSecret:   secret,
-		PeerTLS:         peerTLS,
-		PeerAuth:        consensus.PeerAuth{Client: signer, Handler: verifier},
+		ClusterSecret:   s.secret,
+		PeerTLS:         s.peerTLS,
+		PeerAuth:        consensus.PeerAuth{Client: s.signer, Handler: s.verifier},
 		OnFatal:         n.fatal,
 		Logger:          n.log,
 		Registerer:      n.reg,
@@ -160,30 +204,39 @@ func (n *Node) startCluster(httpAddr string) error {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout = 300*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond, 20*time.Millisecond
 		rc.ReapTimeout, rc.ReconcileInterval = 30*time.Second, 2*time.Second
 	}
+	var err error
 	if c.raft, err = consensus.New(rc); err != nil {
-		c.mux.Close()
 		return err
 	}
-	if err := n.startAdmission(); err != nil {
-		n.stopCluster(context.Background())
-		return err
-	}
-	go n.ensureAdminKey(!rc.Join)
-	go n.ensureReplicated()
+	return nil
+}
 
+// startAdmitter builds admission over raft (admission.go) and starts the
+// writes that wait for a leader.
+func (n *Node) startAdmitter(_ *cluster, s *clusterStart) error {
+	n.admission.start()
+	go n.ensureAdminKey(!s.join)
+	go n.ensureReplicated()
+	return nil
+}
+
+// startGossip joins the mesh, relays its membership events to raft and
+// keeps asking remembered peers back.
+func (n *Node) startGossip(c *cluster, s *clusterStart) error {
+	cfg := n.cfg
 	mc := mesh.Config{
 		NodeID:        cfg.NodeID,
 		BindAddr:      cfg.GossipListen,
-		HTTPAddr:      net.JoinHostPort(host, portOf(httpAddr)),
-		RPCAddr:       rpcAddr,
+		HTTPAddr:      net.JoinHostPort(s.host, portOf(s.httpAddr)),
+		RPCAddr:       s.rpcAddr,
 		Version:       cfg.Version,
 		Join:          n.joinAddrs(),
 		AdvertiseAddr: cfg.Advertise,
-		ClusterSecret: secret, // the gossip key unless --gossip-key
+		ClusterSecret: s.secret, // the gossip key unless --gossip-key
 	}
+	var err error
 	if cfg.GossipKey != "" {
 		if mc.EncryptionKey, err = mesh.ParseKey(cfg.GossipKey); err != nil {
-			n.stopCluster(context.Background())
 			return fmt.Errorf("gossip key: %w", err)
 		}
 	}
@@ -195,33 +248,34 @@ func (n *Node) startCluster(httpAddr string) error {
 		mc.JoinBackoffMin, mc.JoinBackoffMax = 50*time.Millisecond, time.Second
 	}
 	if c.mesh, err = mesh.New(mc, n.log, n.reg, n.clock); err != nil {
-		n.stopCluster(context.Background())
 		return err
 	}
 	c.mesh.SetRouting(mesh.Routing{MaxInFlight: cfg.InflightCap, Weight: cfg.Weight, Canary: cfg.Canary, CanaryPercent: cfg.CanaryPercent})
 	c.sub = c.mesh.Subscribe(mesh.EventJoin, mesh.EventUpdate, mesh.EventLeave, mesh.EventFailed)
 	go n.relayMembership(c.sub)
 	go n.reconnectLoop(c)
+	return nil
+}
 
+// startDispatch builds the forward client and the dispatcher over the
+// replicated routing policy, and registers the cluster's metrics.
+func (n *Node) startDispatch(c *cluster, s *clusterStart) error {
+	cfg := n.cfg
 	strategy, err := route.ParseStrategy(cfg.Strategy)
 	if err != nil {
-		n.stopCluster(context.Background())
 		return err
 	}
 	policy := &replicatedPolicy{raft: c.raft, fallback: dispatch.Policy{Strategy: strategy}}
 	go n.seedPolicy()
-	fc := forward.ClientConfig{NodeID: cfg.NodeID, Signer: signer}
-	var xferOpts []transfer.ClientOption
-	if peerTLS != nil {
-		fc.Dial = peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)
-		fc.DialHTTP2 = peerTLS.DialContext(rpcmux.ALPNHTTP2, 2*time.Second) // Relay (upgrades) runs over HTTP/2
-		xferOpts = append(xferOpts, transfer.WithDialer(peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)))
+	fc := forward.ClientConfig{NodeID: cfg.NodeID, Signer: s.signer}
+	if s.peerTLS != nil {
+		fc.Dial = s.peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)
+		fc.DialHTTP2 = s.peerTLS.DialContext(rpcmux.ALPNHTTP2, 2*time.Second) // Relay (upgrades) runs over HTTP/2
 	}
 	if c.fwdCli, err = forward.NewClient(fc, n.log, n.reg); err != nil {
-		n.stopCluster(context.Background())
 		return err
 	}
-	c.disp, err = dispatch.New(dispatch.Config{
+	if c.disp, err = dispatch.New(dispatch.Config{
 		NodeID:      cfg.NodeID,
 		MaxInFlight: cfg.InflightCap,
 		WriteError: func(w http.ResponseWriter, r *http.Request, status int, msg string) {
@@ -233,25 +287,30 @@ func (n *Node) startCluster(httpAddr string) error {
 			api.WriteError(w, e)
 		},
 		Clock: n.clock,
-	}, n.obs.trace.serve(n.gateLocal(n.api.LocalHandler()), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg)
-	if err == nil {
-		err = n.obs.registerCluster(c)
-	}
-	if err != nil {
-		n.stopCluster(context.Background())
+	}, n.obs.trace.serve(n.admission.gateLocal(n.api.LocalHandler()), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg); err != nil {
 		return err
 	}
-	if c.fwdSrv, err = forward.NewServer(forward.ServerConfig{NodeID: cfg.NodeID, Verifier: verifier}, c.disp.Local(), n.log, n.reg); err != nil {
-		n.stopCluster(context.Background())
+	return n.obs.registerCluster(c)
+}
+
+// serveRPC builds the forward and transfer servers and the transfer
+// client, and serves them, raft's Connect services included, on the RPC
+// port.
+func (n *Node) serveRPC(c *cluster, s *clusterStart) error {
+	cfg := n.cfg
+	var err error
+	if c.fwdSrv, err = forward.NewServer(forward.ServerConfig{NodeID: cfg.NodeID, Verifier: s.verifier}, c.disp.Local(), n.log, n.reg); err != nil {
 		return err
 	}
-	if c.xferSrv, err = transfer.NewServer(transfer.ServerConfig{NodeID: cfg.NodeID, Verifier: verifier, RateBytes: int64(cfg.TransferRate)},
+	if c.xferSrv, err = transfer.NewServer(transfer.ServerConfig{NodeID: cfg.NodeID, Verifier: s.verifier, RateBytes: int64(cfg.TransferRate)},
 		storeFiles{n.store}, n.log, n.reg); err != nil {
-		n.stopCluster(context.Background())
 		return err
 	}
-	if c.xferCli, err = transfer.NewClient(cfg.NodeID, secret, xferOpts...); err != nil {
-		n.stopCluster(context.Background())
+	var xferOpts []transfer.ClientOption
+	if s.peerTLS != nil {
+		xferOpts = append(xferOpts, transfer.WithDialer(s.peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)))
+	}
+	if c.xferCli, err = transfer.NewClient(cfg.NodeID, s.secret, xferOpts...); err != nil {
 		return err
 	}
 	rpc := http.NewServeMux()
@@ -264,15 +323,12 @@ func (n *Node) startCluster(httpAddr string) error {
 	path, h = c.fwdSrv.Handler()
 	rpc.Handle(path, h)
 	c.rpcSrv = forward.NewHTTPServer(rpc, n.log)
-	if peerTLS != nil {
+	if s.peerTLS != nil {
 		// The mux hands TLS connections over; serve HTTP/2 on those that
 		// negotiated h2 (forward's server enables only h2c).
 		c.rpcSrv.Protocols.SetHTTP2(true)
 	}
 	go c.rpcSrv.Serve(c.mux.HTTP())
-	n.publishModels()
-	c.mesh.SetHealth(route.HealthReady)
-	n.log.Info("mesh member", "rpc", rpcAddr, "gossip", c.mesh.GossipAddr(), "join", cfg.Join)
 	return nil
 }
 
@@ -389,7 +445,7 @@ type memberSource struct{ n *Node }
 // Members lists the nodes gossip knows, with this node first.
 func (s memberSource) Members() []consensus.Member {
 	c := s.n.cluster
-	if c == nil || c.mesh == nil {
+	if c.mesh == nil {
 		return nil
 	}
 	var out []consensus.Member
@@ -400,64 +456,29 @@ func (s memberSource) Members() []consensus.Member {
 }
 
 // publishModels tells the mesh which models this node has and which are warm.
-func (n *Node) publishModels() {
-	c := n.cluster
-	if c == nil || c.mesh == nil {
+func (n *Node) publishModels() { publishModels(n.cluster, n.store, n.engines) }
+
+// publishModels gossips the installed (and provider) models of store and
+// engines, and which are warm, once the mesh runs.
+func publishModels(c *cluster, store *models.Store, e *engines) {
+	if c.mesh == nil {
 		return
 	}
 	var installed []string
 	info := map[string]mesh.ModelInfo{}
-	for _, m := range n.store.List() {
+	for _, m := range store.List() {
 		installed = append(installed, m.ID)
 		info[m.ID] = mesh.ModelInfo{WireID: m.WireID(), Task: m.Task, Created: m.Created, SizeBytes: m.TotalSize()}
 	}
-	up := n.publishUpstream(info)
+	up := e.publishUpstream(info)
 	c.mesh.SetModelInfo(info)
-	c.mesh.SetModels(append(installed, up...), append(n.engines.warmIDs(), up...))
-}
-
-// Serve makes *Node the API's dispatcher.
-func (n *Node) Serve(w http.ResponseWriter, r *http.Request, model string, body []byte, stream bool) api.Served {
-	f := requestFacts(r, model)
-	f.OnePiece = !stream
-	o := n.cluster.disp.Serve(w, r, f, body)
-	return api.Served{Backend: o.Backend, PromptTokens: o.Usage.PromptTokens, CompletionTokens: o.Usage.CompletionTokens,
-		Aborted: n.brokeOff(f, o)}
-}
-
-// ServeOn makes *Node an api.Pinned dispatcher: the request runs on the
-// named node.
-func (n *Node) ServeOn(w http.ResponseWriter, r *http.Request, node string, body []byte) {
-	f := requestFacts(r, "")
-	if n.brokeOff(f, n.cluster.disp.ServeOn(w, r, f, node, body)) {
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// requestFacts collects what dispatch needs to know about a request.
-func requestFacts(r *http.Request, model string) dispatch.Facts {
-	f := dispatch.Facts{Model: model, RequestID: api.RequestID(r.Context())}
-	f.Caller.ClientAddress = api.ClientAddr(r.Context())
-	if c, ok := auth.CallerFrom(r.Context()); ok {
-		f.Caller.KeyID, f.Caller.App = c.KeyID, c.App
-	}
-	return f
-}
-
-// brokeOff reports (and logs) a response that broke off after it started:
-// the caller aborts the client connection so the client sees the failure.
-func (n *Node) brokeOff(f dispatch.Facts, o dispatch.Outcome) bool {
-	if o.Err != nil && errors.Is(o.Err, dispatch.ErrIncomplete) {
-		n.log.Warn("response broke off after it started", "request_id", f.RequestID, "backend", o.Backend, "err", o.Err)
-		return true
-	}
-	return false
+	c.mesh.SetModels(append(installed, up...), append(e.warmIDs(), up...))
 }
 
 // drainCluster announces the drain and waits for local and forwarded work.
 func (n *Node) drainCluster(ctx context.Context) error {
 	c := n.cluster
-	if c == nil {
+	if c.mesh == nil {
 		return nil
 	}
 	c.mesh.SetHealth(route.HealthDraining)
@@ -471,9 +492,6 @@ func (n *Node) drainCluster(ctx context.Context) error {
 // stopCluster leaves gossip, hands off raft leadership and closes the RPC port.
 func (n *Node) stopCluster(ctx context.Context) {
 	c := n.cluster
-	if c == nil {
-		return
-	}
 	c.doneOnce.Do(func() { close(c.done) })
 	if c.mesh != nil {
 		if err := c.mesh.Leave(2 * time.Second); err != nil {
@@ -482,8 +500,8 @@ func (n *Node) stopCluster(ctx context.Context) {
 		c.sub.Close()
 		c.mesh.Shutdown()
 	}
-	if n.limiter != nil {
-		n.limiter.Close()
+	if n.admission.limiter != nil {
+		n.admission.limiter.Close()
 	}
 	if c.raft != nil {
 		if err := c.raft.Shutdown(ctx); err != nil {
@@ -506,63 +524,8 @@ func (n *Node) stopCluster(ctx context.Context) {
 
 // GossipAddr is the address peers pass to --join to reach this node.
 func (n *Node) GossipAddr() string {
-	if n.cluster == nil || n.cluster.mesh == nil {
+	if n.cluster.mesh == nil {
 		return ""
 	}
 	return n.cluster.mesh.GossipAddr()
-}
-
-// RaftPeers lists the raft configuration as this node knows it (the admin
-// route behind `infermesh raft peers`); it answers even without a leader,
-// which is when an operator needs it most.
-func (n *Node) RaftPeers() (api.RaftStatus, error) {
-	c := n.cluster
-	if c == nil || c.raft == nil {
-		return api.RaftStatus{}, errors.New("raft is not running on this node")
-	}
-	servers, err := c.raft.Servers()
-	if err != nil {
-		return api.RaftStatus{}, err
-	}
-	st := api.RaftStatus{Node: n.cfg.NodeID, Leader: c.raft.Leader()}
-	for _, s := range servers {
-		suffrage := "nonvoter"
-		if s.Voter {
-			suffrage = "voter"
-		}
-		st.Peers = append(st.Peers, api.RaftPeer{ID: s.ID, Address: s.Address, Suffrage: suffrage, Leader: s.Leader})
-	}
-	return st, nil
-}
-
-// RemoveRaftPeer removes server id from the raft configuration through the
-// leader (`infermesh raft remove-peer`).
-func (n *Node) RemoveRaftPeer(ctx context.Context, id string) error {
-	c := n.cluster
-	if c == nil || c.raft == nil {
-		return errors.New("raft is not running on this node")
-	}
-	err := c.raft.RemovePeer(ctx, id)
-	switch {
-	case errors.Is(err, consensus.ErrNoSuchServer):
-		return fmt.Errorf("%w: %w", api.ErrNotFound, err)
-	case errors.Is(err, consensus.ErrRemoveLeader):
-		return fmt.Errorf("%w: %w", api.ErrInvalid, err)
-	case errors.Is(err, consensus.ErrNoLeader):
-		return fmt.Errorf("%w: %w", api.ErrNoLeader, err)
-	}
-	return err
-}
-
-// RecoverRaft rewrites the raft state of a stopped node's data directory so
-// that the node restarts as the single voter of its cluster (`infermesh
-// raft recover`; see consensus.Recover for what this gives up). It takes
-// the data directory's lock, so it fails while the node runs.
-func RecoverRaft(dataDir, nodeID string, logger *slog.Logger) (consensus.RecoverResult, error) {
-	lock, err := lockDataDir(dataDir)
-	if err != nil {
-		return consensus.RecoverResult{}, err
-	}
-	defer lock.release()
-	return consensus.Recover(dataDir, nodeID, logger)
 }

@@ -14,23 +14,30 @@ import (
 	"github.com/infermesh/infermesh/node/auth"
 )
 
-// This file makes *Node the api.DashboardSource: the dashboard's view of
-// the mesh from the peer table (gossip), the raft group and the
-// replicated usage ledger.
-
-var _ api.DashboardSource = (*Node)(nil)
-
 // staleRecord is how old a worker's last gossip record may be before the
 // dashboard says so.
 const staleRecord = 15 * time.Second
 
+// meshViewDeps are what the dashboard's mesh view reads.
+type meshViewDeps struct {
+	listen     string // the client listener (the loopback rule)
+	trustProxy bool
+	clock      func() time.Time
+	cluster    *cluster // the peer table and raft, once Start built them
+	backend    *backend // this node's readiness
+	governance *governance
+}
+
+// meshView is the api.DashboardSource: the mesh with each worker's state
+// explained, the raft group and the usage ledger by worker.
+type meshView struct{ meshViewDeps }
+
+var _ api.DashboardSource = (*meshView)(nil)
+
 // Dashboard describes the mesh for the dashboard.
-func (n *Node) Dashboard() api.MeshView {
+func (n *meshView) Dashboard() api.MeshView {
 	var v api.MeshView
 	c := n.cluster
-	if c == nil {
-		return v
-	}
 	now := n.clock()
 	if c.mesh != nil {
 		for _, p := range c.mesh.Peers() {
@@ -39,7 +46,7 @@ func (n *Node) Dashboard() api.MeshView {
 		sort.Slice(v.Workers, func(i, j int) bool { return v.Workers[i].ID < v.Workers[j].ID })
 	}
 	if c.raft != nil {
-		st, err := n.RaftPeers()
+		st, err := n.governance.RaftPeers()
 		v.Raft = api.RaftView{Leader: c.raft.Leader(), IsLeader: c.raft.IsLeader(), AppliedIndex: c.raft.State().AppliedIndex(), Servers: st.Peers}
 		if err != nil {
 			v.Raft.Error = err.Error()
@@ -55,7 +62,7 @@ func (n *Node) Dashboard() api.MeshView {
 }
 
 // workerView is one peer on the dashboard, with its state explained.
-func (n *Node) workerView(p route.Peer, now time.Time) api.WorkerView {
+func (n *meshView) workerView(p route.Peer, now time.Time) api.WorkerView {
 	w := api.WorkerView{
 		ID: p.ID, HTTPAddr: p.HTTPAddr, Version: p.Version, State: p.Health.String(), Self: p.Self,
 		Canary: p.Canary, CanaryPercent: p.CanaryPercent, InFlight: p.InFlight, Cap: p.MaxInFlight,
@@ -75,7 +82,7 @@ func (n *Node) workerView(p route.Peer, now time.Time) api.WorkerView {
 	sort.Slice(w.Models, func(i, j int) bool { return w.Models[i].ID < w.Models[j].ID })
 	w.State, w.Reason = workerReason(p, warm, now)
 	if p.Self && w.State == "ready" {
-		if r := n.NotReady(); r != "" {
+		if r := n.backend.NotReady(); r != "" {
 			w.State, w.Reason = "not_ready", r
 		}
 	}
@@ -124,8 +131,8 @@ func capText(c int) string {
 // from a caller like r: the loopback rule of node/auth (a loopback-only
 // listener, no trusted proxy, and the connection and client address on
 // loopback) makes the caller the local operator; everyone else needs a key.
-func (n *Node) DashboardKeyRequired(r *http.Request) bool {
-	if !auth.LoopbackOnly(n.cfg.Listen) || n.cfg.TrustProxy {
+func (n *meshView) DashboardKeyRequired(r *http.Request) bool {
+	if !auth.LoopbackOnly(n.listen) || n.trustProxy {
 		return true
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)

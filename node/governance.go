@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
@@ -11,8 +12,25 @@ import (
 	"github.com/infermesh/infermesh/node/auth"
 )
 
-// This file makes *Node the api.Governance over the raft group: writes go
-// through consensus.Apply (forwarded to the leader), reads are local.
+// governanceDeps are what the api.Governance needs: the raft group (and,
+// for the write barrier, the mesh and forward client) once Start built it.
+type governanceDeps struct {
+	nodeID  string
+	cluster *cluster
+	log     *slog.Logger
+}
+
+// governance is the api.Governance (and api.RaftAdmin) over the raft
+// group: writes go through consensus.Apply (forwarded to the leader),
+// reads are local; an admin write returns once it is visible (barrier.go).
+type governance struct{ governanceDeps }
+
+func newGovernance(d governanceDeps) *governance { return &governance{d} }
+
+var (
+	_ api.Governance = (*governance)(nil)
+	_ api.RaftAdmin  = (*governance)(nil)
+)
 
 const microsPerUnit = 1_000_000
 
@@ -45,7 +63,7 @@ func applyErr(err error) error {
 
 // CreateKey generates a key, stores its hash through raft and returns the
 // plaintext once.
-func (n *Node) CreateKey(ctx context.Context, req api.KeyRequest) (api.KeyInfo, string, error) {
+func (n *governance) CreateKey(ctx context.Context, req api.KeyRequest) (api.KeyInfo, string, error) {
 	for _, a := range req.Allow {
 		if _, ok := auth.ParseClass(a); !ok {
 			return api.KeyInfo{}, "", fmt.Errorf("allowlist entry %q is not one of %v: %w", a, auth.AllowlistNames(), api.ErrInvalid)
@@ -70,7 +88,7 @@ func (n *Node) CreateKey(ctx context.Context, req api.KeyRequest) (api.KeyInfo, 
 }
 
 // Keys lists the stored keys (never their plaintext).
-func (n *Node) Keys() []api.KeyInfo {
+func (n *governance) Keys() []api.KeyInfo {
 	ks := n.cluster.raft.State().Keys()
 	out := make([]api.KeyInfo, 0, len(ks))
 	for _, k := range ks {
@@ -80,7 +98,7 @@ func (n *Node) Keys() []api.KeyInfo {
 }
 
 // Key returns one stored key.
-func (n *Node) Key(id string) (api.KeyInfo, bool) {
+func (n *governance) Key(id string) (api.KeyInfo, bool) {
 	k, ok := n.cluster.raft.State().Key(id)
 	if !ok {
 		return api.KeyInfo{}, false
@@ -89,7 +107,7 @@ func (n *Node) Key(id string) (api.KeyInfo, bool) {
 }
 
 // RevokeKey revokes a key for good, through raft.
-func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
+func (n *governance) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
 	cmd, err := consensus.RevokeKey(id)
 	if err != nil {
 		return api.KeyInfo{}, fmt.Errorf("%v: %w", err, api.ErrInvalid)
@@ -105,7 +123,7 @@ func (n *Node) RevokeKey(ctx context.Context, id string) (api.KeyInfo, error) {
 }
 
 // Usage groups the replicated usage totals by app, model, key or worker.
-func (n *Node) Usage(by string, since, until time.Time) (any, error) {
+func (n *governance) Usage(by string, since, until time.Time) ([]api.UsageRow, error) {
 	dim, err := consensus.ParseUsageDimension(by)
 	if err != nil {
 		return nil, err
@@ -127,10 +145,8 @@ func (n *Node) Usage(by string, since, until time.Time) (any, error) {
 }
 
 // StateDigest identifies this node's replicated state, for convergence checks.
-func (n *Node) StateDigest() map[string]any {
+func (n *governance) StateDigest() api.StateDigest {
 	digest, index := n.cluster.raft.State().DigestAt()
-	return map[string]any{"node_id": n.cfg.NodeID, "digest": digest, "applied_index": index,
-		"leader": n.cluster.raft.Leader(), "is_leader": n.cluster.raft.IsLeader()}
+	return api.StateDigest{NodeID: n.nodeID, Digest: digest, AppliedIndex: index,
+		Leader: n.cluster.raft.Leader(), IsLeader: n.cluster.raft.IsLeader()}
 }
-
-var _ api.Governance = (*Node)(nil)

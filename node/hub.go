@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"sort"
@@ -17,27 +18,38 @@ import (
 	"github.com/infermesh/infermesh/node/models"
 )
 
-// This file makes *Node the api.ModelHub: catalogue, pulls (from peers
-// first, then the outside source), provenance and operator removal.
-
-// catalogRow is one entry of GET /v1/models/catalog: the spec's fields,
-// this node's state, and (an infermesh extension) the nodes that have the
-// model installed.
-type catalogRow struct {
-	models.Listing
-	IsInstalled bool     `json:"is_installed"`
-	IsActive    bool     `json:"is_active"`
-	LastUsedUTC *string  `json:"last_used_utc"`
-	InstalledOn []string `json:"installed_on"`
+// hubDeps are what the api.ModelHub needs: the store, catalogue and
+// engines, the backend (a pull key may name a mesh model) and the cluster
+// (holders, replicated policy, transfer client) once Start built it.
+type hubDeps struct {
+	nodeID  string
+	store   *models.Store
+	catalog *models.Catalog
+	engines *engines
+	backend *backend
+	cluster *cluster
+	log     *slog.Logger
 }
 
+// hub is the api.ModelHub: catalogue, pulls (from peers first, then the
+// outside source), provenance and operator removal. Its puller is set
+// right after the hub, whose pullPeers and pulledInstalled it calls.
+type hub struct {
+	hubDeps
+	puller *models.Puller
+}
+
+func newHub(d hubDeps) *hub { return &hub{hubDeps: d} }
+
+var _ api.ModelHub = (*hub)(nil)
+
 // Catalog lists the catalogue with this node's state of each model.
-func (n *Node) Catalog() any {
+func (n *hub) Catalog() []api.CatalogEntry {
 	holders := n.modelHolders()
 	entries := n.catalog.Entries()
-	out := make([]catalogRow, 0, len(entries))
+	out := make([]api.CatalogEntry, 0, len(entries))
 	for _, e := range entries {
-		row := catalogRow{Listing: e.Listing, InstalledOn: nonNil(holders[e.Key])}
+		row := api.CatalogEntry{Listing: e.Listing, InstalledOn: nonNil(holders[e.Key])}
 		row.Modalities, row.Tags = nonNil(e.Modalities), nonNil(e.Tags)
 		if _, err := n.store.Get(e.Key); err == nil {
 			row.IsInstalled = true
@@ -61,12 +73,12 @@ func nonNil(s []string) []string {
 
 // modelHolders maps each model id to the routable nodes that have it
 // installed (this node included), sorted.
-func (n *Node) modelHolders() map[string][]string {
+func (n *hub) modelHolders() map[string][]string {
 	out := map[string][]string{}
 	for _, m := range n.store.List() {
-		out[m.ID] = append(out[m.ID], n.cfg.NodeID)
+		out[m.ID] = append(out[m.ID], n.nodeID)
 	}
-	if n.cluster == nil || n.cluster.mesh == nil {
+	if n.cluster.mesh == nil {
 		return out
 	}
 	for _, p := range n.cluster.mesh.Peers() {
@@ -84,29 +96,18 @@ func (n *Node) modelHolders() map[string][]string {
 }
 
 // RefreshCatalog reloads every catalogue source.
-func (n *Node) RefreshCatalog(ctx context.Context) (any, error) {
+func (n *hub) RefreshCatalog(ctx context.Context) (api.CatalogRefresh, error) {
 	ch, err := n.catalog.Refresh(ctx)
 	if err != nil {
-		return nil, err
+		return api.CatalogRefresh{}, err
 	}
-	return map[string]any{"object": "catalog.refresh", "added": ch.Added, "removed": ch.Removed, "changed": ch.Changed,
-		"entries": ch.Entries, "sources": ch.Sources}, nil
-}
-
-// provenanceDoc is the body of GET /v1/server/models/{id}/provenance.
-type provenanceDoc struct {
-	Model            string `json:"model"`
-	Object           string `json:"object"`
-	Publisher        string `json:"publisher"`
-	Source           string `json:"source"`
-	License          string `json:"license"`
-	IntendedUse      string `json:"intended_use"`
-	KnownLimitations string `json:"known_limitations"`
+	return api.CatalogRefresh{Object: "catalog.refresh", Added: ch.Added, Removed: ch.Removed, Changed: ch.Changed,
+		Entries: ch.Entries, Sources: ch.Sources}, nil
 }
 
 // Provenance returns the model card registered for id: the installed
 // model's own, else the catalogue entry's.
-func (n *Node) Provenance(id string) (any, bool) {
+func (n *hub) Provenance(id string) (api.ModelCard, bool) {
 	var card *models.Card
 	key := id
 	if m, err := n.store.Get(id); err == nil {
@@ -119,17 +120,17 @@ func (n *Node) Provenance(id string) (any, bool) {
 		// card the catalogue registers for their id.
 		c, ok := n.catalog.Card(key)
 		if !ok {
-			return nil, false
+			return api.ModelCard{}, false
 		}
 		card = &c
 	}
-	return provenanceDoc{Model: key, Object: "model.card", Publisher: card.Publisher, Source: card.Source,
+	return api.ModelCard{Model: key, Object: "model.card", Publisher: card.Publisher, Source: card.Source,
 		License: card.License, IntendedUse: card.IntendedUse, KnownLimitations: card.KnownLimitations}, true
 }
 
 // PullAllowed applies the replicated governance mode and model lifecycle.
-func (n *Node) PullAllowed(key string) *api.APIError {
-	if n.cluster == nil || n.cluster.raft == nil {
+func (n *hub) PullAllowed(key string) *api.APIError {
+	if n.cluster.raft == nil {
 		return nil
 	}
 	pol := n.cluster.raft.State().Policy()
@@ -140,10 +141,10 @@ func (n *Node) PullAllowed(key string) *api.APIError {
 	id := key
 	if e, ok := n.catalog.Get(key); ok {
 		id = e.Key
-	} else if m, ok := n.Model(key); ok {
+	} else if m, ok := n.backend.Model(key); ok {
 		id = m.ID
 	}
-	if lc, _ := n.modelLifecycle(id); lc == consensus.LifecycleBlocked {
+	if lc, _ := n.cluster.modelLifecycle(id); lc == consensus.LifecycleBlocked {
 		return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeModelBlocked, "model_key",
 			fmt.Sprintf("The model '%s' is blocked by the operator's model policy.", id))
 	}
@@ -151,7 +152,7 @@ func (n *Node) PullAllowed(key string) *api.APIError {
 }
 
 // Pull starts or joins a pull on this node.
-func (n *Node) Pull(key string) (api.PullJob, error) {
+func (n *hub) Pull(key string) (api.PullJob, error) {
 	j, err := n.puller.Pull(key)
 	if errors.Is(err, models.ErrUnknownModel) {
 		return nil, fmt.Errorf("the model '%s' is not in the catalogue and no node of the mesh has it: %w", key, api.ErrModelNotFound)
@@ -199,7 +200,7 @@ func pullEvent(e models.Event) api.PullEvent {
 }
 
 // RemoveModel unloads and uninstalls a model from this node.
-func (n *Node) RemoveModel(id string) error {
+func (n *hub) RemoveModel(id string) error {
 	m, err := n.store.Get(id)
 	if err != nil {
 		return errNotFound(id)
@@ -209,22 +210,22 @@ func (n *Node) RemoveModel(id string) error {
 		return err
 	}
 	n.log.Info("model removed by the operator", "id", m.ID)
-	n.publishModels()
+	publishModels(n.cluster, n.store, n.engines)
 	return nil
 }
 
 // pulledInstalled warms a model a pull installed and gossips it.
-func (n *Node) pulledInstalled(m *models.Manifest) error {
-	defer n.publishModels()
+func (n *hub) pulledInstalled(m *models.Manifest) error {
+	defer publishModels(n.cluster, n.store, n.engines)
 	_, err := n.engines.load(m)
 	return err
 }
 
 // pullPeers lists the routable peers that have a model installed, least
 // loaded first, as pull sources.
-func (n *Node) pullPeers(model string) []models.PeerSource {
+func (n *hub) pullPeers(model string) []models.PeerSource {
 	c := n.cluster
-	if c == nil || c.mesh == nil || c.xferCli == nil {
+	if c.mesh == nil || c.xferCli == nil {
 		return nil
 	}
 	var peers []route.Peer

@@ -20,12 +20,12 @@ var errNoLeaderToReturn = errors.New("no raft leader is reachable; quota leases 
 // by ctx, by leaseReturnBound, and by the raft leader: when no leader has
 // been known for noLeaderGrace the attempt stops at once.
 func (n *Node) drainLimiter(ctx context.Context) error {
-	if n.limiter == nil {
+	if n.admission.limiter == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, leaseReturnBound, errors.New("lease return took longer than its bound"))
 	defer cancel()
-	if c := n.cluster; c != nil && c.raft != nil {
+	if c := n.cluster; c.raft != nil {
 		ctx, cancelCause := context.WithCancelCause(ctx)
 		defer cancelCause(nil)
 		go func() {
@@ -52,11 +52,11 @@ func (n *Node) drainLimiter(ctx context.Context) error {
 				}
 			}
 		}()
-		err := n.limiter.Drain(ctx)
+		err := n.admission.limiter.Drain(ctx)
 		if err != nil && context.Cause(ctx) != nil {
 			return context.Cause(ctx)
 		}
 		return err
 	}
-	return n.limiter.Drain(ctx)
+	return n.admission.limiter.Drain(ctx)
 }

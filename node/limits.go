@@ -88,11 +88,11 @@ func (b backgroundEmbedder) Embed(ctx context.Context, req engine.EmbedRequest) 
 // batchEmbedder is the batch manager's embedder source: the model's
 // embedder behind the busy gate once admission is running.
 func (n *Node) batchEmbedder(ctx context.Context, model string) (engine.Embedder, error) {
-	e, err := n.Embedder(ctx, model)
-	if err != nil || n.gate == nil {
+	e, err := n.backend.Embedder(ctx, model)
+	if err != nil || n.admission.gate == nil {
 		return e, err
 	}
-	return backgroundEmbedder{Embedder: e, gate: n.gate}, nil
+	return backgroundEmbedder{Embedder: e, gate: n.admission.gate}, nil
 }
 
 // seedPlan writes --plan and --first-party-apps into the replicated policy
@@ -113,17 +113,13 @@ func (n *Node) seedPlan(ctx context.Context) {
 	}
 }
 
-// ImageGate is the node's image gate (api.ImageGater): ImageConcurrency
-// jobs at once, ImageQueue waiting; its depth is gossiped.
-func (n *Node) ImageGate() *api.ImageGate { return n.imageGate }
-
 // newImageGate builds the image gate; each change of its depth goes into
 // the node's gossip record (queue depth), which routes image work to the
 // least-queued holder.
 func (n *Node) newImageGate() *api.ImageGate {
 	g := api.NewImageGate(n.cfg.ImageConcurrency, n.cfg.ImageQueue)
 	g.OnChange(func(depth int) {
-		if c := n.cluster; c != nil && c.mesh != nil {
+		if c := n.cluster; c.mesh != nil {
 			c.mesh.SetQueueDepth(depth)
 		}
 	})
@@ -135,7 +131,7 @@ func (n *Node) newImageGate() *api.ImageGate {
 // request's X-Service-Priority. A refusal is 503 with Retry-After, which
 // dispatch treats like any busy node: the request moves on to the next
 // holder while nothing has reached the client.
-func (n *Node) gateLocal(h http.Handler) http.Handler {
+func (n *admission) gateLocal(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.gate == nil || !limits.Gated(auth.Classify(r.Method, r.URL.Path)) {
 			h.ServeHTTP(w, r)

@@ -18,10 +18,8 @@ import (
 
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/audit"
-	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/batch"
 	"github.com/infermesh/infermesh/node/engine"
-	"github.com/infermesh/infermesh/node/limits"
 	"github.com/infermesh/infermesh/node/models"
 	"github.com/infermesh/infermesh/node/prefix"
 )
@@ -44,22 +42,29 @@ type Node struct {
 	batches *batch.Manager
 	api     *api.Server
 
-	cluster   *cluster
-	authn     *auth.Authenticator
-	limiter   *limits.Limiter
-	gate      *limits.Gate   // busy gate ordering engine work by priority
-	imageGate *api.ImageGate // image jobs at once and waiting
-	fatalCh   chan error
-	fatalOne  sync.Once
-	ln        net.Listener
-	srv       *http.Server
-	legacy    *legacyServer
-	tls       *tlsState
-	served    chan error
-	started   time.Time
-	draining  atomic.Bool
-	stopOnce  sync.Once
-	lock      *dataLock
+	// cluster holds the mesh parts; New allocates it empty and
+	// startCluster fills it, so the adapters below hold it from the start.
+	cluster *cluster
+	// The adapters the API talks to, one per role, each built from its
+	// own dependencies (backend.go, admission.go, dispatcher.go).
+	backend    *backend
+	admission  *admission
+	dispatcher *dispatcher
+	governance *governance
+	hub        *hub
+	meshView   *meshView
+	imageGate  *api.ImageGate // image jobs at once and waiting
+	fatalCh    chan error
+	fatalOne   sync.Once
+	ln         net.Listener
+	srv        *http.Server
+	legacy     *legacyServer
+	tls        *tlsState
+	served     chan error
+	started    time.Time
+	draining   atomic.Bool
+	stopOnce   sync.Once
+	lock       *dataLock
 }
 
 // New validates cfg and builds a node; nothing listens until Start.
@@ -77,7 +82,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	n := &Node{cfg: cfg, log: nodeLogger(cfg.Logger, cfg.NodeID), clock: cfg.Clock, reg: prometheus.NewRegistry(), fatalCh: make(chan error, 1),
-		prefixes: prefix.NewTracker(prefix.TrackerConfig{})}
+		prefixes: prefix.NewTracker(prefix.TrackerConfig{}), cluster: &cluster{done: make(chan struct{})}}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -119,20 +124,41 @@ func New(cfg Config) (*Node, error) {
 			n.log.Warn("catalogue source not loaded", "source", st.Source, "err", st.Error)
 		}
 	}
+	n.backend = newBackend(backendDeps{
+		nodeID: cfg.NodeID, version: cfg.Version, engine: cfg.Engine, clock: n.clock,
+		store: store, engines: n.engines, imageGate: n.imageGate, cluster: n.cluster,
+		draining: &n.draining, started: &n.started,
+	})
+	n.hub = newHub(hubDeps{nodeID: cfg.NodeID, store: store, catalog: n.catalog, engines: n.engines,
+		backend: n.backend, cluster: n.cluster, log: n.log})
 	n.puller = models.NewPuller(models.PullConfig{
-		Store: store, Catalog: n.catalog, Peers: n.pullPeers, Installed: n.pulledInstalled,
+		Store: store, Catalog: n.catalog, Peers: n.hub.pullPeers, Installed: n.hub.pulledInstalled,
 		StallTimeout: cfg.PullStallTimeout, Logger: n.log, Clock: n.clock,
 	})
+	n.hub.puller = n.puller
 	trusted, _ := api.ParseCIDRs(cfg.TrustedProxies) // checked by Validate
 	auditExport, auditKeys := n.auditHandlers()
+	if n.obs, err = newObserver(n); err != nil {
+		return nil, err
+	}
+	n.admission = newAdmission(admissionDeps{
+		nodeID: cfg.NodeID, listen: cfg.Listen, trustProxy: cfg.TrustProxy, legacyAllowPull: cfg.Legacy.AllowPull,
+		limits: cfg.Limits, inflightCap: cfg.InflightCap, fastTimers: cfg.FastTimers,
+		cluster: n.cluster, obs: n.obs, audit: n.audit, log: n.log, reg: n.reg, clock: n.clock,
+	})
+	n.dispatcher = &dispatcher{cluster: n.cluster, log: n.log}
+	n.governance = newGovernance(governanceDeps{nodeID: cfg.NodeID, cluster: n.cluster, log: n.log})
+	n.meshView = &meshView{meshViewDeps{listen: cfg.Listen, trustProxy: cfg.TrustProxy, clock: n.clock,
+		cluster: n.cluster, backend: n.backend, governance: n.governance}}
 	n.batches = batch.New(batch.Config{Prefix: cfg.NodeID}, n.batchEmbedder, n.log, n.clock)
 	n.api = api.New(api.Options{
-		Backend:        n,
-		Dispatcher:     n,
-		Governance:     n,
-		Admission:      n,
+		Backend:        n.backend,
+		Dispatcher:     n.dispatcher,
+		Governance:     n.governance,
+		Admission:      n.admission,
+		MeshView:       n.meshView,
 		Batches:        n.batches,
-		Hub:            n,
+		Hub:            n.hub,
 		Logger:         n.log,
 		Registry:       n.reg,
 		Clock:          n.clock,
@@ -148,9 +174,6 @@ func New(cfg Config) (*Node, error) {
 		AuditExport:    auditExport,
 		AuditKeys:      auditKeys,
 	})
-	if n.obs, err = newObserver(n); err != nil {
-		return nil, err
-	}
 	built = true
 	return n, nil
 }
@@ -289,7 +312,7 @@ func (n *Node) Fatal() <-chan error { return n.fatalCh }
 // digest of served prefixes (api.Options.ChatServed).
 func (n *Node) recordPrefix(model string, req engine.ChatRequest, answer engine.ChatMessage) {
 	n.prefixes.Record(prefix.Served(model, req, answer)...)
-	if n.cluster != nil && n.cluster.mesh != nil {
+	if n.cluster.mesh != nil {
 		n.cluster.mesh.SetPrefixDigest(n.prefixes.Digest())
 	}
 }

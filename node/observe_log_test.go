@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -67,8 +68,8 @@ func TestStartupLogIsQuiet(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	n := observedNode(t, "quiet", nil, log)
 	waitFor(t, "a raft leader", 20*time.Second, func() bool {
-		st, err := n.RaftPeers()
-		return err == nil && st.Leader == n.ID()
+		_, body := call(t, http.MethodGet, "http://"+n.Addr()+"/v1/server/state-digest", "")
+		return strings.Contains(body, `"is_leader":true`)
 	})
 	// The bootstrap admin key is written once the node leads.
 	waitFor(t, "the bootstrap admin key", 10*time.Second, func() bool {

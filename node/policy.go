@@ -15,76 +15,19 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/consensus"
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/dispatch"
 	"github.com/infermesh/infermesh/node/models"
 )
 
-// PolicyDoc is the pool policy as operators write it: the body of
-// GET/PUT /v1/server/policy and the shape of <data-dir>/gateway.json.
-type PolicyDoc struct {
-	// Strategy is the routing strategy (round-robin, least-latency,
-	// least-connections, weighted, sticky, prefix or prefix.<strategy>);
-	// empty means round-robin.
-	Strategy string `json:"strategy,omitempty"`
-	// Governance is the model pull mode: curated, federated or open; empty
-	// means open.
-	Governance string `json:"governance,omitempty"`
-	// Plan is the server plan, free or pro (spec Limits); empty means
-	// pro. On Free, third-party callers share a small daily allowance.
-	Plan string `json:"plan,omitempty"`
-	// FirstPartyApps lists the applications whose keys are first-party
-	// (exempt from the Free allowance).
-	FirstPartyApps []string `json:"first_party_apps,omitempty"`
-	// Workers holds routing settings by node id; they override what those
-	// nodes gossip about themselves.
-	Workers map[string]WorkerPolicy `json:"workers,omitempty"`
-	// Models holds lifecycle and prices by canonical model id.
-	Models map[string]ModelDoc `json:"models,omitempty"`
-	// Revision is the raft index of the last policy change, 0 when none
-	// was made; the node sets it and ignores it in a written policy.
-	Revision uint64 `json:"revision,omitempty"`
-}
-
-// WorkerPolicy is one node's routing settings in a PolicyDoc.
-type WorkerPolicy struct {
-	// Weight is the node's weight for the weighted strategy; below 1
-	// counts as 1.
-	Weight int32 `json:"weight,omitempty"`
-	// Canary marks the node as a canary.
-	Canary bool `json:"canary,omitempty"`
-	// CanaryPercent is the share of callers (0..100) the canary receives.
-	CanaryPercent int32 `json:"canary_percent,omitempty"`
-	// InflightCap caps the node's in-flight requests; 0 keeps the node's
-	// own cap.
-	InflightCap int32 `json:"inflight_cap,omitempty"`
-}
-
-// ModelDoc is one model's lifecycle and price in a PolicyDoc. Prices are in
-// currency units (the monthly budget's unit).
-type ModelDoc struct {
-	// Lifecycle is active, deprecated or blocked; empty means active.
-	// Blocked models are hidden, not routed and not pulled; responses for
-	// deprecated ones carry X-AI-Model-Deprecated.
-	Lifecycle string `json:"lifecycle,omitempty"`
-	// Replacement is the model id sent in X-AI-Model-Deprecated while this
-	// one is deprecated ("true" is sent when it is empty).
-	Replacement string `json:"replacement,omitempty"`
-	// PerRequest is the price of one request.
-	PerRequest float64 `json:"price_per_request,omitempty"`
-	// PerMInput is the price of a million input tokens.
-	PerMInput float64 `json:"price_per_million_input_tokens,omitempty"`
-	// PerMOutput is the price of a million output tokens.
-	PerMOutput float64 `json:"price_per_million_output_tokens,omitempty"`
-}
-
 func micros(v float64) int64 { return int64(math.Round(v * microsPerUnit)) }
 
-func (d PolicyDoc) toConsensus() consensus.Policy {
+func policyToConsensus(d api.Policy) consensus.Policy {
 	p := consensus.Policy{Strategy: d.Strategy, Governance: d.Governance, Plan: d.Plan, FirstPartyApps: d.FirstPartyApps}
 	for id, w := range d.Workers {
-		p.Nodes = append(p.Nodes, consensus.NodePolicy{NodeID: id, Weight: w.Weight, Canary: w.Canary, CanaryPercent: w.CanaryPercent, InflightCap: w.InflightCap})
+		p.Nodes = append(p.Nodes, consensus.NodePolicy{NodeID: id, Node: w})
 	}
 	for id, m := range d.Models {
 		lc := m.Lifecycle
@@ -99,41 +42,37 @@ func (d PolicyDoc) toConsensus() consensus.Policy {
 	return p
 }
 
-func policyDoc(p consensus.Policy) PolicyDoc {
-	d := PolicyDoc{Strategy: p.Strategy, Governance: p.Governance, Plan: p.Plan, FirstPartyApps: p.FirstPartyApps, Revision: p.Revision, Workers: map[string]WorkerPolicy{}, Models: map[string]ModelDoc{}}
+func policyFromConsensus(p consensus.Policy) api.Policy {
+	d := api.Policy{Strategy: p.Strategy, Governance: p.Governance, Plan: p.Plan, FirstPartyApps: p.FirstPartyApps, Revision: p.Revision, Workers: map[string]routing.Node{}, Models: map[string]api.ModelPolicy{}}
 	for _, n := range p.Nodes {
-		d.Workers[n.NodeID] = WorkerPolicy{Weight: n.Weight, Canary: n.Canary, CanaryPercent: n.CanaryPercent, InflightCap: n.InflightCap}
+		d.Workers[n.NodeID] = n.Node
 	}
 	for _, m := range p.Models {
-		d.Models[m.Model] = ModelDoc{Lifecycle: m.Lifecycle, Replacement: m.Replacement, PerRequest: float64(m.Price.RequestMicros) / microsPerUnit,
+		d.Models[m.Model] = api.ModelPolicy{Lifecycle: m.Lifecycle, Replacement: m.Replacement, PerRequest: float64(m.Price.RequestMicros) / microsPerUnit,
 			PerMInput: float64(m.Price.InputPerMillionMicros) / microsPerUnit, PerMOutput: float64(m.Price.OutputPerMillionMicros) / microsPerUnit}
 	}
 	return d
 }
 
 // Policy returns the replicated pool policy.
-func (n *Node) Policy() any { return policyDoc(n.cluster.raft.State().Policy()) }
+func (n *governance) Policy() api.Policy { return policyFromConsensus(n.cluster.raft.State().Policy()) }
 
 // SetPolicy replaces the pool policy through raft, after checking the
 // whole document; it returns once this node has applied the new policy.
-func (n *Node) SetPolicy(ctx context.Context, body []byte) (any, error) {
-	var d PolicyDoc
-	if err := api.DecodeStrict(body, &d); err != nil {
-		return nil, err
+func (n *governance) SetPolicy(ctx context.Context, d api.Policy) (api.Policy, error) {
+	if e := validatePolicy(d); e != nil {
+		return api.Policy{}, e
 	}
-	if e := d.validate(); e != nil {
-		return nil, e
-	}
-	cmd, err := consensus.SetPolicy(d.toConsensus(), false)
+	cmd, err := consensus.SetPolicy(policyToConsensus(d), false)
 	if err != nil {
-		return nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
+		return api.Policy{}, fmt.Errorf("%v: %w", err, api.ErrInvalid)
 	}
 	res, err := n.cluster.raft.Apply(ctx, cmd)
 	if err != nil {
-		return nil, applyErr(err)
+		return api.Policy{}, applyErr(err)
 	}
 	n.writeVisible(ctx, res.Index, false)
-	return policyDoc(*res.Policy), nil
+	return policyFromConsensus(*res.Policy), nil
 }
 
 // Bounds of a policy document's numbers.
@@ -148,7 +87,7 @@ var appName = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 
 // validate checks the whole document and names the first bad field
 // (strategy, governance, workers.<node>.<field>, models.<id>.<field>).
-func (d PolicyDoc) validate() *api.APIError {
+func validatePolicy(d api.Policy) *api.APIError {
 	bad := func(param, msg string) *api.APIError { return api.BadRequest(api.CodeInvalidValue, param, msg) }
 	if d.Strategy != "" {
 		if _, err := route.ParseStrategy(d.Strategy); err != nil {
@@ -215,12 +154,12 @@ func (n *Node) seedPolicy() {
 	if err != nil {
 		return
 	}
-	var d PolicyDoc
+	var d api.Policy
 	if err := json.Unmarshal(b, &d); err != nil {
 		n.log.Error("gateway.json is not valid policy JSON; ignored", "err", err)
 		return
 	}
-	if e := d.validate(); e != nil {
+	if e := validatePolicy(d); e != nil {
 		n.log.Error("gateway.json policy rejected; ignored", "field", e.Param, "err", e.Message)
 		return
 	}
@@ -229,7 +168,7 @@ func (n *Node) seedPolicy() {
 	if err := n.cluster.raft.WaitForLeader(ctx); err != nil {
 		return
 	}
-	cmd, err := consensus.SetPolicy(d.toConsensus(), true)
+	cmd, err := consensus.SetPolicy(policyToConsensus(d), true)
 	if err != nil {
 		n.log.Error("gateway.json policy rejected", "err", err)
 		return
@@ -263,21 +202,22 @@ func (r *replicatedPolicy) Policy() dispatch.Policy {
 		if err != nil {
 			s = r.fallback.Strategy
 		}
-		out := dispatch.Policy{Strategy: s, Nodes: map[string]dispatch.NodePolicy{}}
+		out := dispatch.Policy{Strategy: s, Nodes: map[string]routing.Node{}}
 		for _, np := range p.Nodes {
-			out.Nodes[np.NodeID] = dispatch.NodePolicy{Weight: int(np.Weight), Canary: np.Canary, CanaryPercent: int(np.CanaryPercent), MaxInFlight: int(np.InflightCap)}
+			out.Nodes[np.NodeID] = np.Node
 		}
 		r.rev, r.cached = p.Revision, out
 	}
 	return r.cached
 }
 
-// modelLifecycle reports a model's lifecycle state and replacement.
-func (n *Node) modelLifecycle(id string) (string, string) {
-	if n.cluster == nil || n.cluster.raft == nil {
+// modelLifecycle reports a model's lifecycle state and replacement
+// (active before raft runs).
+func (c *cluster) modelLifecycle(id string) (string, string) {
+	if c.raft == nil {
 		return consensus.LifecycleActive, ""
 	}
-	mp, ok := n.cluster.raft.State().ModelPolicy(id)
+	mp, ok := c.raft.State().ModelPolicy(id)
 	if !ok {
 		return consensus.LifecycleActive, ""
 	}

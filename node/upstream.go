@@ -33,9 +33,9 @@ func (n *Node) initUpstream() error {
 }
 
 // upstreamModels is the API's view of the provider models.
-func (n *Node) upstreamModels() []api.Model {
+func (e *engines) upstreamModels() []api.Model {
 	var out []api.Model
-	for _, m := range n.engines.upstream.Models() {
+	for _, m := range e.upstream.Models() {
 		out = append(out, api.Model{ID: m.ID, WireID: m.WireID, Runtime: "upstream", Task: string(m.Task),
 			Modalities: []string{string(m.Task)}, Created: m.Created, Warm: true})
 	}
@@ -44,9 +44,9 @@ func (n *Node) upstreamModels() []api.Model {
 
 // publishUpstream adds the provider models to the gossiped model info and
 // returns their ids (installed and warm).
-func (n *Node) publishUpstream(info map[string]mesh.ModelInfo) []string {
+func (e *engines) publishUpstream(info map[string]mesh.ModelInfo) []string {
 	var ids []string
-	for _, m := range n.engines.upstream.Models() {
+	for _, m := range e.upstream.Models() {
 		info[m.ID] = mesh.ModelInfo{WireID: m.WireID, Task: string(m.Task), Created: m.Created}
 		ids = append(ids, m.ID)
 	}

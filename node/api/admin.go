@@ -27,19 +27,18 @@ type Governance interface {
 	// unknown id wraps ErrNotFound.
 	RevokeKey(ctx context.Context, id string) (KeyInfo, error)
 	// Usage returns the replicated usage totals grouped by app, model, key
-	// or worker, as a JSON-ready list, for the UTC days from since to
-	// until (both included; a zero time leaves that end open); any other
-	// by is an error.
-	Usage(by string, since, until time.Time) (any, error)
+	// or worker, for the UTC days from since to until (both included; a
+	// zero time leaves that end open); any other by is an error.
+	Usage(by string, since, until time.Time) ([]UsageRow, error)
 	// Policy returns the pool policy document (GET /v1/server/policy).
-	Policy() any
-	// SetPolicy replaces the whole pool policy with the JSON document in
-	// body through raft and returns the stored policy; a malformed or
-	// invalid document wraps ErrInvalid.
-	SetPolicy(ctx context.Context, body []byte) (any, error)
+	Policy() Policy
+	// SetPolicy checks p and replaces the whole pool policy with it
+	// through raft, and returns the stored policy; an invalid document is
+	// a 400 *APIError naming its field.
+	SetPolicy(ctx context.Context, p Policy) (Policy, error)
 	// StateDigest identifies this node's replicated state for convergence
-	// checks: node_id, digest, applied_index, leader and is_leader.
-	StateDigest() map[string]any
+	// checks.
+	StateDigest() StateDigest
 	// WaitApplied waits until this node's replica has applied the raft
 	// log entry index (or ctx ends) and returns its applied index.
 	WaitApplied(ctx context.Context, index uint64) (uint64, error)
@@ -208,14 +207,7 @@ func (s *Server) adminRoutes(r chi.Router) {
 			apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "by", "'by' must be one of app, model, key, worker."))
 			return
 		}
-		out := map[string]any{"object": "list", "by": by, "data": rows}
-		if v := q.Get("since"); v != "" {
-			out["since"] = v
-		}
-		if v := q.Get("until"); v != "" {
-			out["until"] = v
-		}
-		writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, UsageReport{By: by, Data: rows, Object: "list", Since: q.Get("since"), Until: q.Get("until")})
 	})
 	if s.opt.AuditExport != nil {
 		r.Get("/server/audit", s.opt.AuditExport.ServeHTTP)
@@ -230,7 +222,12 @@ func (s *Server) adminRoutes(r chi.Router) {
 			writeErr(w, err)
 			return
 		}
-		p, err := s.opt.Governance.SetPolicy(r.Context(), body)
+		var doc Policy
+		if err := decodeStrict(body, &doc); err != nil {
+			governanceError(w, err)
+			return
+		}
+		p, err := s.opt.Governance.SetPolicy(r.Context(), doc)
 		if err != nil {
 			governanceError(w, err)
 			return
@@ -267,4 +264,20 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		KeyInfo
 		Key string `json:"key"`
 	}{info, key})
+}
+
+// StateDigest is the body of GET /v1/server/state-digest: what identifies
+// a node's replicated state, for convergence checks. Its fields are in the
+// order the keys are sent.
+type StateDigest struct {
+	// AppliedIndex is the raft index the digest was taken at.
+	AppliedIndex uint64 `json:"applied_index"`
+	// Digest is a hash of the replicated state.
+	Digest string `json:"digest"`
+	// IsLeader reports whether this node leads the raft group.
+	IsLeader bool `json:"is_leader"`
+	// Leader is the leader this node follows ("" when none is known).
+	Leader string `json:"leader"`
+	// NodeID is the node that answered.
+	NodeID string `json:"node_id"`
 }

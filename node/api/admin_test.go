@@ -2,8 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // Key creation bodies: each bad one names the field at fault with a
@@ -42,6 +45,24 @@ func TestCheckKeyRequest(t *testing.T) {
 			t.Errorf("%s: accepted, want a 400 naming %s", c.body, c.param)
 		case c.param != "" && (e.Param != c.param || e.Status != 400):
 			t.Errorf("%s: got %d param %q (%s), want 400 param %q", c.body, e.Status, e.Param, e.Message, c.param)
+		}
+	}
+}
+
+// TestPolicyDecodeNamesTheField: a policy document of the wrong shape is
+// refused by the strict decoding PUT /v1/server/policy does, with a 400
+// naming the field, before the node sees it.
+func TestPolicyDecodeNamesTheField(t *testing.T) {
+	for body, param := range map[string]string{
+		`{"strategy":5}`:                   "strategy",
+		`{"stratgy":"x"}`:                  "stratgy",
+		`{"workers":{"a":{"weight":"3"}}}`: "workers.weight",
+	} {
+		var p Policy
+		err := decodeStrict([]byte(body), &p)
+		var e *apierr.Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Param != param {
+			t.Errorf("%s: %v, want a 400 naming %s", body, err, param)
 		}
 	}
 }

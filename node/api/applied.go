@@ -10,11 +10,6 @@ import (
 	"github.com/infermesh/infermesh/node/apierr"
 )
 
-// DecodeStrict decodes a JSON object body into v the way the API's own
-// routes do: unknown fields, wrong types and trailing data are 400
-// *apierr.Error values naming the parameter.
-func DecodeStrict(body []byte, v any) error { return decodeStrict(body, v) }
-
 // AppliedPath is a peer-only route of the local router (reached through
 // signed forwarding, never mounted on the public router): it waits until
 // this node's raft replica has applied ?index=N, for at most ?wait_ms

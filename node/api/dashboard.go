@@ -24,7 +24,7 @@ var keyRequiredMark = []byte("{{KEY_REQUIRED}}")
 // not ask for /favicon.ico). Nothing is loaded from anywhere else.
 const dashboardCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// DashboardSource is implemented by a Backend that can describe the mesh
+// DashboardSource (Options.MeshView) is what can describe the mesh
 // for the dashboard: every worker as this node's peer table sees it, the
 // raft configuration and the replicated usage ledger. Without it the
 // dashboard shows this node alone.
@@ -128,7 +128,7 @@ type WorkerUsage struct {
 // /dashboard/data.
 func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 	need := s.opt.Admission != nil
-	if d, ok := s.opt.Backend.(DashboardSource); ok && need {
+	if d := s.opt.MeshView; d != nil && need {
 		need = d.DashboardKeyRequired(r)
 	}
 	mark := []byte("false")
@@ -147,11 +147,13 @@ func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 
 // dashboardData is the aggregate JSON behind the page: this node's state,
 // request rates, error rates and latency percentiles from its own request
-// records, and the mesh (workers, raft, usage ledger) when the backend is
-// a DashboardSource.
+// records, and the mesh (workers, raft, usage ledger) when
+// Options.MeshView is set.
 func (s *Server) dashboardData(w http.ResponseWriter, r *http.Request) {
 	now := s.opt.Clock()
-	st := s.opt.Backend.Status()
+	ns := s.opt.Backend.Status()
+	st := map[string]any{"node_id": ns.NodeID, "state": ns.State, "version": ns.Version, "engine": ns.Engine,
+		"uptime_seconds": ns.UptimeSeconds, "models": ns.Models, "peers": ns.Peers}
 	switch {
 	case s.opt.Backend.Draining():
 		st["state"], st["reason"] = "draining", "the node is shutting down: it finishes in-flight work and takes no new requests"
@@ -163,7 +165,7 @@ func (s *Server) dashboardData(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var mesh MeshView
-	if d, ok := s.opt.Backend.(DashboardSource); ok {
+	if d := s.opt.MeshView; d != nil {
 		mesh = d.Dashboard()
 		st["workers"], st["raft"], st["usage_by_worker"] = mesh.Workers, mesh.Raft, mesh.Usage
 	}

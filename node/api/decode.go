@@ -143,10 +143,14 @@ func modelOf(probe map[string]json.RawMessage) (string, error) {
 	return s, nil
 }
 
-// decodeRequest reads a body of at most limit bytes and parses it; on
-// failure it has already written the error.
+// decodeRequest reads a body of at most limit bytes and parses it, or
+// takes the request routed already decoded for this node; on failure it
+// has already written the error.
 func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, parse func([]byte) (T, error)) (T, bool) {
 	var zero T
+	if v, ok := routedParsed(r.Context()).(T); ok {
+		return v, true // routed decoded this body already
+	}
 	body, err := readBody(r, limit)
 	if err != nil {
 		writeErr(w, err)
@@ -165,7 +169,7 @@ func decodeRequest[T any](w http.ResponseWriter, r *http.Request, limit int64, p
 // error.
 func modelEngine[E any](s *Server, w http.ResponseWriter, r *http.Request, id string, get func(context.Context, string) (E, error)) (Model, E, bool) {
 	var zero E
-	m, ok := s.meshModel(w, id)
+	m, ok := s.meshModel(w, r, id)
 	if !ok {
 		return m, zero, false
 	}
@@ -177,12 +181,50 @@ func modelEngine[E any](s *Server, w http.ResponseWriter, r *http.Request, id st
 	return m, eng, true
 }
 
-// meshModel resolves id among the mesh's models; it answers 404
-// model_not_found when there is none.
-func (s *Server) meshModel(w http.ResponseWriter, id string) (Model, bool) {
+// meshModel resolves id among the mesh's models, or takes the model the
+// public router resolved for this request (routed) when it named the same
+// id; it answers 404 model_not_found when there is none.
+func (s *Server) meshModel(w http.ResponseWriter, r *http.Request, id string) (Model, bool) {
+	if m, ok := routedModel(r.Context(), id); ok {
+		return m, true
+	}
 	m, ok := s.opt.Backend.Model(id)
 	if !ok {
 		apierr.Write(w, ModelNotFound(id))
 	}
 	return m, ok
+}
+
+// routedKey is the context key of the model routed resolved.
+type routedKey struct{}
+
+// routedResolution is the model a request named, what routed resolved it
+// to, and the request routed decoded (nil when it only peeked).
+type routedResolution struct {
+	named  string
+	model  Model
+	parsed any
+}
+
+// withRouted records in ctx that the request's model named was resolved
+// to m on this node, and its body decoded to parsed (nil: not decoded).
+func withRouted(ctx context.Context, named string, m Model, parsed any) context.Context {
+	return context.WithValue(ctx, routedKey{}, routedResolution{named, m, parsed})
+}
+
+// routedParsed is the request routed decoded, or nil.
+func routedParsed(ctx context.Context) any {
+	v, _ := ctx.Value(routedKey{}).(routedResolution)
+	return v.parsed
+}
+
+// routedModel returns the model routed resolved for this request when the
+// request named id (a peer's request, which arrives without it, or a body
+// naming another id resolves again).
+func routedModel(ctx context.Context, id string) (Model, bool) {
+	v, ok := ctx.Value(routedKey{}).(routedResolution)
+	if !ok || v.named != id {
+		return Model{}, false
+	}
+	return v.model, true
 }

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -113,5 +116,47 @@ func TestPeekRouteStream(t *testing.T) {
 		if _, got, _ := peekRoute([]byte(body)); got != want {
 			t.Errorf("%s: stream %v, want %v", body, got, want)
 		}
+	}
+}
+
+// TestRoutedModelOnlyForTheSameID: the handler reuses the model routed
+// resolved only when its body names the id routed saw; any other id, or
+// a request that did not pass routed (a peer's), resolves again.
+func TestRoutedModelOnlyForTheSameID(t *testing.T) {
+	m := Model{ID: "onnx/tiny-bert/test-128", WireID: "tiny-bert:test-128"}
+	ctx := withRouted(context.Background(), "tiny-bert:test-128", m, nil)
+	if got, ok := routedModel(ctx, "tiny-bert:test-128"); !ok || got.ID != m.ID {
+		t.Fatalf("same id: got %+v, %v", got, ok)
+	}
+	if _, ok := routedModel(ctx, "onnx/other/x"); ok {
+		t.Fatal("another id took the routed model")
+	}
+	if _, ok := routedModel(context.Background(), "tiny-bert:test-128"); ok {
+		t.Fatal("a request that did not pass routed took a model")
+	}
+}
+
+// TestDecodeRequestTakesRoutedParse: a body routed decoded strictly is not
+// read or decoded again by the handler; one it did not decode is.
+func TestDecodeRequestTakesRoutedParse(t *testing.T) {
+	body := []byte(`{"model":"tiny-bert:test-128","input":"hello"}`)
+	v, model, stream, ok := parseOnce(parseEmbeddings, func(p *parsedEmbeddings) (string, bool) { return p.Model, false })(body)
+	if !ok || model != "tiny-bert:test-128" || stream {
+		t.Fatalf("preparse: %v %q %v", ok, model, stream)
+	}
+	ctx := withRouted(context.Background(), model, Model{ID: "onnx/tiny-bert/test-128"}, v)
+	// The request's body is not what routed decoded: taking the routed
+	// parse is the only way to get "hello".
+	r := httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{"model":"x","input":"other"}`)).WithContext(ctx)
+	p, ok := decodeRequest(httptest.NewRecorder(), r, MaxJSONBody, parseEmbeddings)
+	if !ok || p != v || p.Texts[0] != "hello" {
+		t.Fatalf("decodeRequest did not take routed's parse: %+v", p)
+	}
+	r = httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{"model":"x","input":"other"}`))
+	if p, ok := decodeRequest(httptest.NewRecorder(), r, MaxJSONBody, parseEmbeddings); !ok || p.Texts[0] != "other" {
+		t.Fatalf("decodeRequest without routed: %+v", p)
+	}
+	if _, _, _, ok := parseOnce(parseEmbeddings, func(p *parsedEmbeddings) (string, bool) { return p.Model, false })([]byte(`{"model":"m","input":"x","stream":true}`)); ok {
+		t.Fatal("a body strict decoding refuses was preparsed")
 	}
 }

@@ -12,18 +12,18 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/infermesh/infermesh/node/apierr"
+	"github.com/infermesh/infermesh/node/models"
 )
 
 // ModelHub is the node behind the catalogue, pull, provenance and model
 // removal routes.
 type ModelHub interface {
-	// Catalog returns the catalogue entries with this node's state, as a
-	// JSON-ready list.
-	Catalog() any
+	// Catalog returns the catalogue entries with this node's state.
+	Catalog() []CatalogEntry
 	// RefreshCatalog reloads the catalogue sources and reports the change.
-	RefreshCatalog(ctx context.Context) (any, error)
+	RefreshCatalog(ctx context.Context) (CatalogRefresh, error)
 	// Provenance returns the registered model card of a model.
-	Provenance(id string) (any, bool)
+	Provenance(id string) (ModelCard, bool)
 	// PullAllowed checks governance and lifecycle policy for a pull of key;
 	// nil means allowed.
 	PullAllowed(key string) *apierr.Error
@@ -286,4 +286,50 @@ func (s *sse) event(name string, v any) error {
 		return err
 	}
 	return s.rc.Flush()
+}
+
+// CatalogEntry is one entry of GET /v1/models/catalog: the catalogue's
+// descriptive fields (the spec's), this node's state, and (an infermesh
+// extension) the nodes that have the model installed.
+type CatalogEntry struct {
+	models.Listing
+	// IsInstalled reports whether this node has the model installed.
+	IsInstalled bool `json:"is_installed"`
+	// IsActive reports whether the model is loaded (warm) on this node.
+	IsActive bool `json:"is_active"`
+	// LastUsedUTC is when this node last ran the model (RFC 3339), null
+	// when never.
+	LastUsedUTC *string `json:"last_used_utc"`
+	// InstalledOn lists the routable nodes that have the model, sorted;
+	// never nil.
+	InstalledOn []string `json:"installed_on"`
+}
+
+// CatalogRefresh is the body of POST /v1/models/catalog/refresh: what the
+// reload changed. Its fields are in the order the keys are sent.
+type CatalogRefresh struct {
+	// Added, Changed and Removed list catalogue keys, sorted; never nil.
+	Added   []string `json:"added"`
+	Changed []string `json:"changed"`
+	// Entries is the number of entries now, over all sources.
+	Entries int `json:"entries"`
+	// Object is always "catalog.refresh".
+	Object  string   `json:"object"`
+	Removed []string `json:"removed"`
+	// Sources reports how each source loaded, the built-in one first.
+	Sources []models.SourceStatus `json:"sources"`
+}
+
+// ModelCard is the body of GET /v1/server/models/{id}/provenance: the
+// registered model card of a model.
+type ModelCard struct {
+	// Model is the canonical id the card is registered for.
+	Model string `json:"model"`
+	// Object is always "model.card".
+	Object           string `json:"object"`
+	Publisher        string `json:"publisher"`
+	Source           string `json:"source"`
+	License          string `json:"license"`
+	IntendedUse      string `json:"intended_use"`
+	KnownLimitations string `json:"known_limitations"`
 }

@@ -76,13 +76,23 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 		if !routed || s.opt.Dispatcher == nil {
 			return h
 		}
-		return s.routed(limit, task, small, h)
+		return s.routed(limit, task, small, h, nil)
 	}
-	r.Post("/embeddings", wrap(MaxJSONBody, "", true, s.embeddings))
+	// wrapParsed is wrap for a route whose body routed decodes strictly
+	// once, for the handler too when this node serves the request.
+	wrapParsed := func(limit int64, small bool, h http.HandlerFunc, pre preparse) http.HandlerFunc {
+		if !routed || s.opt.Dispatcher == nil {
+			return h
+		}
+		return s.routed(limit, "", small, h, pre)
+	}
+	r.Post("/embeddings", wrapParsed(MaxJSONBody, true, s.embeddings,
+		parseOnce(parseEmbeddings, func(p *parsedEmbeddings) (string, bool) { return p.Model, false })))
 	r.Post("/vision/background", wrap(MaxImageBody, "background-removal", false, s.visionBackground))
 	r.Post("/vision/detections", wrap(MaxImageBody, string(engine.TaskObjectDetection), false, s.visionDetections))
 	r.Post("/vision/faces", wrap(MaxImageBody, string(engine.TaskFaceDetection), false, s.visionFaces))
-	r.Post("/chat/completions", wrap(MaxImageBody, "", true, s.chatCompletions))
+	r.Post("/chat/completions", wrapParsed(MaxImageBody, true, s.chatCompletions,
+		parseOnce(parseChat, func(p *parsedChat) (string, bool) { return p.Model, p.Stream })))
 	r.Post("/images/generations", wrap(MaxImageBody, "", false, s.imagesGenerations))
 	r.Post("/audio/transcriptions", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranscriptions))
 	r.Post("/audio/translations", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranslations))
@@ -110,11 +120,31 @@ func (s *Server) localRoutes() chi.Router {
 	return r
 }
 
+// preparse decodes a routed route's body strictly: the parsed request,
+// its model and whether it streams; ok is false when the body does not
+// parse (routed then peeks, and the handler reports the error).
+type preparse func(body []byte) (v any, model string, stream bool, ok bool)
+
+// parseOnce makes a route's strict parser a preparse; route names the
+// parsed request's model and whether it streams.
+func parseOnce[T any](parse func([]byte) (T, error), route func(T) (string, bool)) preparse {
+	return func(body []byte) (any, string, bool, bool) {
+		v, err := parse(body)
+		if err != nil {
+			return nil, "", false, false
+		}
+		model, stream := route(v)
+		return v, model, stream, true
+	}
+}
+
 // routed reads the body, finds the model the request is for and hands it
 // to the dispatcher. A request whose model no node serves, or whose body
 // cannot be read for a model, is answered here by the local handler, which
-// gives the precise error.
-func (s *Server) routed(limit int64, defaultTask string, small bool, h http.HandlerFunc) http.HandlerFunc {
+// gives the precise error. With pre, a body that decodes strictly is
+// decoded once: the parsed request travels with the resolved model to the
+// handler when this node serves it.
+func (s *Server) routed(limit int64, defaultTask string, small bool, h http.HandlerFunc, pre preparse) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r, limit)
 		if err != nil {
@@ -123,34 +153,40 @@ func (s *Server) routed(limit int64, defaultTask string, small bool, h http.Hand
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var model string
-		var stream bool
+		var stream, parsedOK bool
+		var parsed any
 		switch {
 		case strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/"):
 			model, stream = peekForm(body, r.Header.Get("Content-Type"))
 		case len(body) == 0 && r.Method == http.MethodGet:
 			model = r.URL.Query().Get("model") // GET routes name the model in the query
 		default:
-			model, stream, _ = peekRoute(body)
+			if pre != nil {
+				parsed, model, stream, parsedOK = pre(body)
+			}
+			if !parsedOK {
+				model, stream, _ = peekRoute(body)
+			}
 		}
-		if model != "" && s.opt.Backend.Blocked(model) {
+		m, verdict := s.opt.Backend.Route(model, defaultTask)
+		switch verdict {
+		case VerdictBlocked:
 			apierr.Write(w, apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeModelBlocked, "model",
 				fmt.Sprintf("The model '%s' is blocked by the pool policy.", model)))
 			return
-		}
-		if model == "" && defaultTask != "" {
-			// The default model of the task is never a blocked one.
-			model = s.opt.Backend.DefaultModel(defaultTask)
-		}
-		if (model != "" || defaultTask != "") && s.opt.Backend.DrainingOnly(model, defaultTask) {
+		case VerdictDraining:
 			// Every node that holds the model is draining (this one
 			// included): a retry elsewhere or later will find one.
 			apierr.Write(w, drainingError())
 			return
-		}
-		m, ok := s.opt.Backend.Model(model)
-		if model == "" || !ok {
+		case VerdictLocal:
 			h(w, r)
 			return
+		}
+		// The handler, when this node serves the request, takes the model
+		// resolved here instead of resolving it again.
+		if model != "" {
+			r = r.WithContext(withRouted(r.Context(), model, m, parsed))
 		}
 		markDeprecated(w, m)
 		sw := &statusWriter{ResponseWriter: w}

@@ -66,6 +66,14 @@ type Backend interface {
 	Models() []Model
 	// Model resolves a canonical or wire id among the mesh's models.
 	Model(id string) (Model, bool)
+	// Route resolves the model a routed request names (canonical or wire
+	// id; "" takes the mesh's model of defaultTask, if any) and says what
+	// to do with the request: serve it as the returned model, refuse it
+	// (the policy blocks the model: 403 model_blocked; every node that
+	// holds it is draining: 503 server_draining with Retry-After), or
+	// leave it to the local handler (no node serves the model, which
+	// gives the precise error).
+	Route(id, defaultTask string) (Model, Verdict)
 	// DefaultModel names the mesh's model for a task (used when a vision
 	// request names none); "" when there is none.
 	DefaultModel(task string) string
@@ -89,18 +97,50 @@ type Backend interface {
 	// of the replicated keys is catching up, no leader is known); "" when
 	// it can. /readyz answers 503 with the reason while it is not "".
 	NotReady() string
-	// Blocked reports whether the pool policy blocks model id (canonical
-	// or wire id); requests naming it are refused with 403 model_blocked.
-	Blocked(id string) bool
-	// DrainingOnly reports whether some node holds model id (canonical
-	// or wire id; "" means any model of task) and every node that holds
-	// it is draining, this one included: a request for it is answered 503
-	// server_draining with Retry-After instead of being routed or
-	// answered "not found".
-	DrainingOnly(id, task string) bool
-	// Status describes the node for the dashboard (id, state, version,
-	// uptime, models, peers); the API adds request statistics to it.
-	Status() map[string]any
+	// Status describes the node for the dashboard; the API adds request
+	// statistics to it.
+	Status() NodeStatus
+}
+
+// Verdict is a Backend's answer for a routed request's model.
+type Verdict int
+
+// Verdicts of Backend.Route.
+const (
+	// VerdictServe: dispatch the request for the returned model.
+	VerdictServe Verdict = iota
+	// VerdictLocal: no node serves the model; the local handler answers.
+	VerdictLocal
+	// VerdictBlocked: the pool policy blocks the model.
+	VerdictBlocked
+	// VerdictDraining: every node that holds the model is draining.
+	VerdictDraining
+)
+
+// NodeStatus is the node's own part of the dashboard's data.
+type NodeStatus struct {
+	// NodeID is the node id.
+	NodeID string
+	// State is ready or draining (the dashboard refines it).
+	State string
+	// Version is the node's software version.
+	Version string
+	// Engine is the node's engine setting.
+	Engine string
+	// UptimeSeconds is how long the node has served.
+	UptimeSeconds int64
+	// Models are the mesh's models, sorted by id.
+	Models []StatusModel
+	// Peers are the mesh's nodes as gossip sees them.
+	Peers []Member
+}
+
+// StatusModel is one model in a NodeStatus.
+type StatusModel struct {
+	ID     string `json:"id"`
+	WireID string `json:"wire_id"`
+	Task   string `json:"task"`
+	Warm   bool   `json:"warm"`
 }
 
 // Member is one node of the mesh, for /v1/server/members and the dashboard.
@@ -201,6 +241,9 @@ type Options struct {
 	Batches BatchJobs
 	// Dashboard mounts /dashboard when true.
 	Dashboard bool
+	// MeshView, when set, adds the mesh (workers, raft, usage ledger) to
+	// the dashboard's data and says which callers need a key for it.
+	MeshView DashboardSource
 	// Bodies bounds request bodies (zero fields take the defaults).
 	Bodies BodyLimits
 	// ChatServed, when set, is called after this node answered a chat

@@ -86,3 +86,17 @@ type UsageRow struct {
 	EstimatedCost    float64 `json:"estimated_cost"`
 	Errors           int64   `json:"errors"`
 }
+
+// UsageReport is the body of GET /v1/server/usage. Its fields are in the
+// order the keys are sent (alphabetical, as the API has always sent them).
+type UsageReport struct {
+	// By is the grouping: app, model, key or worker.
+	By string `json:"by"`
+	// Data are the groups' totals.
+	Data []UsageRow `json:"data"`
+	// Object is always "list".
+	Object string `json:"object"`
+	// Since and Until echo the query's days, when given.
+	Since string `json:"since,omitempty"`
+	Until string `json:"until,omitempty"`
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/node/dispatch"
 )
 
@@ -15,7 +16,7 @@ func capCluster(t *testing.T, engine func(n *tnode) http.Handler) *cluster {
 	return start(t, spec{
 		ids:    []string{"n1", "n2"},
 		models: map[string][]string{"n2": {"m"}},
-		policy: dispatch.Policy{Nodes: map[string]dispatch.NodePolicy{"n2": {MaxInFlight: 64}}},
+		policy: dispatch.Policy{Nodes: map[string]routing.Node{"n2": {InflightCap: 64}}},
 		engine: engine,
 	})
 }

@@ -283,9 +283,9 @@ func (d *Dispatcher) view(pol Policy) []route.Peer {
 	for i := range out {
 		p := &out[i]
 		if np, ok := pol.Nodes[p.ID]; ok {
-			p.Weight, p.Canary, p.CanaryPercent = np.Weight, np.Canary, np.CanaryPercent
-			if np.MaxInFlight > 0 {
-				p.MaxInFlight = np.MaxInFlight
+			p.Weight, p.Canary, p.CanaryPercent = int(np.Weight), np.Canary, int(np.CanaryPercent)
+			if np.InflightCap > 0 {
+				p.MaxInFlight = int(np.InflightCap)
 			}
 		}
 		if p.Self {
@@ -306,8 +306,8 @@ func (d *Dispatcher) view(pol Policy) []route.Peer {
 
 // localCap is this node's in-flight cap.
 func (d *Dispatcher) localCap(pol Policy) int {
-	if np, ok := pol.Nodes[d.cfg.NodeID]; ok && np.MaxInFlight > 0 {
-		return np.MaxInFlight
+	if np, ok := pol.Nodes[d.cfg.NodeID]; ok && np.InflightCap > 0 {
+		return int(np.InflightCap)
 	}
 	return d.cfg.MaxInFlight
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh"
 	"github.com/infermesh/infermesh/mesh/meshtest"
 	"github.com/infermesh/infermesh/mesh/route"
@@ -343,7 +344,7 @@ func TestServingNodeEnforcesItsCap(t *testing.T) {
 	c := start(t, spec{
 		ids:    three,
 		models: map[string][]string{"n2": {"m"}, "n3": {"m"}},
-		policy: dispatch.Policy{Strategy: route.Sticky, Nodes: map[string]dispatch.NodePolicy{"n2": {MaxInFlight: 1}}},
+		policy: dispatch.Policy{Strategy: route.Sticky, Nodes: map[string]routing.Node{"n2": {InflightCap: 1}}},
 		engine: func(n *tnode) http.Handler {
 			if n.ID == "n3" {
 				return echo(n)

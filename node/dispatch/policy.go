@@ -1,6 +1,9 @@
 package dispatch
 
-import "github.com/infermesh/infermesh/mesh/route"
+import (
+	"github.com/infermesh/infermesh/consensus/routing"
+	"github.com/infermesh/infermesh/mesh/route"
+)
 
 // Policy is the pool's routing policy: the strategy and per-node settings
 // that override what each node gossips about itself.
@@ -10,19 +13,7 @@ type Policy struct {
 	// Nodes holds per-node settings by node id. A node with an entry is
 	// routed with the entry's weight and canary settings (and its cap when
 	// set) instead of the ones it gossips.
-	Nodes map[string]NodePolicy `json:"nodes,omitempty"`
-}
-
-// NodePolicy is the policy for one node.
-type NodePolicy struct {
-	// Weight for the weighted strategy; below 1 counts as 1.
-	Weight int `json:"weight,omitempty"`
-	// Canary marks the node as a canary.
-	Canary bool `json:"canary,omitempty"`
-	// CanaryPercent is the share of callers (0-100) the canary receives.
-	CanaryPercent int `json:"canary_percent,omitempty"`
-	// MaxInFlight caps the node's in-flight requests; 0 keeps the node's own.
-	MaxInFlight int `json:"max_in_flight,omitempty"`
+	Nodes map[string]routing.Node `json:"nodes,omitempty"`
 }
 
 // PolicySource supplies the current policy. Dispatch calls it on every

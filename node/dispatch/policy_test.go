@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/dispatch"
 )
@@ -18,7 +19,7 @@ func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
 	c := start(t, spec{
 		ids:    three,
 		models: map[string][]string{"n2": {"m"}, "n3": {"m"}},
-		policy: dispatch.Policy{Strategy: route.Weighted, Nodes: map[string]dispatch.NodePolicy{"n2": {Weight: 3}, "n3": {Weight: 1}}},
+		policy: dispatch.Policy{Strategy: route.Weighted, Nodes: map[string]routing.Node{"n2": {Weight: 3}, "n3": {Weight: 1}}},
 		engine: echo,
 	})
 	const n = 800
@@ -35,7 +36,7 @@ func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
 	c2 := start(t, spec{
 		ids:    three,
 		models: map[string][]string{"n1": {"m"}, "n2": {"m"}, "n3": {"m"}},
-		policy: dispatch.Policy{Nodes: map[string]dispatch.NodePolicy{"n3": {Canary: true, CanaryPercent: 30}}},
+		policy: dispatch.Policy{Nodes: map[string]routing.Node{"n3": {Canary: true, CanaryPercent: 30}}},
 		engine: echo,
 	})
 	const callers = 300
