@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/audit"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,8 +72,8 @@ func (v replicatedKeys) KeyByHash(h [32]byte) (auth.Key, bool) {
 	}, true
 }
 
-func denialError(d *auth.Denial) *api.APIError {
-	e := api.Errorf(d.Status, d.Type, d.Code, "", d.Message)
+func denialError(d *auth.Denial) *apierr.Error {
+	e := apierr.New(d.Status, d.Type, d.Code, "", d.Message)
 	e.RetryAfter = d.RetryAfter
 	e.Upgrade = limits.Upgrade(d)
 	return e
@@ -105,7 +106,7 @@ func (n *admission) start() {
 }
 
 // Authenticate resolves the caller of a request.
-func (n *admission) Authenticate(r *http.Request) (context.Context, *api.APIError) {
+func (n *admission) Authenticate(r *http.Request) (context.Context, *apierr.Error) {
 	if legacy.FromLegacy(r.Context()) {
 		c := legacyCaller(n.legacyAllowPull)
 		if d := n.authn.Authorize(c, auth.Classify(r.Method, r.URL.Path)); d != nil {
@@ -124,7 +125,7 @@ func (n *admission) Authenticate(r *http.Request) (context.Context, *api.APIErro
 	operator := auth.LoopbackOnly(n.listen) && ip != nil && ip.IsLoopback()
 	if key, ok := auth.KeyFromHeader(r.Header); ok && !operator && !n.cluster.raft.CaughtUp() {
 		if _, known := (replicatedKeys{n.cluster.raft}).KeyByHash(auth.HashKey(key)); !known {
-			e := api.Errorf(http.StatusServiceUnavailable, api.TypeServer, "replica_catching_up", "",
+			e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeCatchingUp, "",
 				"This node's copy of the API keys is catching up with the cluster; retry shortly or use another node.")
 			e.RetryAfter = 1
 			return nil, e
@@ -139,7 +140,7 @@ func (n *admission) Authenticate(r *http.Request) (context.Context, *api.APIErro
 
 // Admit counts a request for model against the caller's limits; done
 // reports how it ended.
-func (n *admission) Admit(r *http.Request, model string, body []byte) (func(api.Served), *api.APIError) {
+func (n *admission) Admit(r *http.Request, model string, body []byte) (func(api.Served), *apierr.Error) {
 	caller, _ := auth.CallerFrom(r.Context())
 	req := limits.Request{
 		Caller:     caller,

@@ -16,6 +16,7 @@ import (
 	"github.com/infermesh/infermesh/mesh/route"
 
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/models"
 )
@@ -200,8 +201,8 @@ func (n *backend) TaskEngine(ctx context.Context, task engine.Task, id string) (
 }
 
 // blockedError is the answer to a request naming a model the policy blocks.
-func blockedError(id string) *api.APIError {
-	return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeModelBlocked, "model",
+func blockedError(id string) *apierr.Error {
+	return apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeModelBlocked, "model",
 		fmt.Sprintf("The model '%s' is blocked by the pool policy.", id))
 }
 

@@ -24,7 +24,7 @@ import (
 	"github.com/infermesh/infermesh/mesh/peerauth"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/mesh/transfer"
-	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/dispatch"
 	"github.com/infermesh/infermesh/node/models"
 )
@@ -279,12 +279,12 @@ func (n *Node) startDispatch(c *cluster, s *clusterStart) error {
 		NodeID:      cfg.NodeID,
 		MaxInFlight: cfg.InflightCap,
 		WriteError: func(w http.ResponseWriter, r *http.Request, status int, msg string) {
-			typ, code := api.TypeServer, api.CodeOverloaded
+			typ, code := apierr.TypeServer, apierr.CodeOverloaded
 			if status == http.StatusBadGateway {
-				code = api.CodeInternal
+				code = apierr.CodeInternal
 			}
-			e := api.Errorf(status, typ, code, "", msg)
-			api.WriteError(w, e)
+			e := apierr.New(status, typ, code, "", msg)
+			apierr.Write(w, e)
 		},
 		Clock: n.clock,
 	}, n.obs.trace.serve(n.admission.gateLocal(n.api.LocalHandler()), cfg.NodeID), c.mesh, n.obs.trace.forwarder(c.fwdCli), policy, c.mesh, n.log, n.reg); err != nil {

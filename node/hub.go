@@ -15,6 +15,7 @@ import (
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/mesh/transfer"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -129,13 +130,13 @@ func (n *hub) Provenance(id string) (api.ModelCard, bool) {
 }
 
 // PullAllowed applies the replicated governance mode and model lifecycle.
-func (n *hub) PullAllowed(key string) *api.APIError {
+func (n *hub) PullAllowed(key string) *apierr.Error {
 	if n.cluster.raft == nil {
 		return nil
 	}
 	pol := n.cluster.raft.State().Policy()
 	if pol.Governance == consensus.GovernanceCurated {
-		return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeGovernanceDenied, "model_key",
+		return apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeGovernanceDenied, "model_key",
 			"Model downloads are disabled: the operator's governance mode is curated.")
 	}
 	id := key
@@ -145,7 +146,7 @@ func (n *hub) PullAllowed(key string) *api.APIError {
 		id = m.ID
 	}
 	if lc, _ := n.cluster.modelLifecycle(id); lc == consensus.LifecycleBlocked {
-		return api.Errorf(http.StatusForbidden, api.TypePermission, api.CodeModelBlocked, "model_key",
+		return apierr.New(http.StatusForbidden, apierr.TypePermission, apierr.CodeModelBlocked, "model_key",
 			fmt.Sprintf("The model '%s' is blocked by the operator's model policy.", id))
 	}
 	return nil
@@ -194,7 +195,7 @@ func pullEvent(e models.Event) api.PullEvent {
 		return api.PullEvent{Name: "done", Data: map[string]any{"model_key": e.ModelKey, "duration_ms": e.DurationMS}}
 	case "error":
 		return api.PullEvent{Name: "error", Data: map[string]any{"model_key": e.ModelKey,
-			"error": map[string]any{"message": e.Message, "type": api.TypeServer, "code": e.Code}}}
+			"error": map[string]any{"message": e.Message, "type": apierr.TypeServer, "code": e.Code}}}
 	}
 	return api.PullEvent{Name: "started", Data: map[string]any{"model_key": e.ModelKey}}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/limits"
@@ -139,7 +140,7 @@ func (n *admission) gateLocal(h http.Handler) http.Handler {
 		}
 		release, d := n.gate.Acquire(r.Context(), limits.ParsePriority(r.Header.Get(limits.PriorityHeader)))
 		if d != nil {
-			api.WriteError(w, denialError(d))
+			apierr.Write(w, denialError(d))
 			return
 		}
 		defer release()

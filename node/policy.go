@@ -18,6 +18,7 @@ import (
 	"github.com/infermesh/infermesh/consensus/routing"
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/dispatch"
 	"github.com/infermesh/infermesh/node/models"
 )
@@ -87,8 +88,8 @@ var appName = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 
 // validate checks the whole document and names the first bad field
 // (strategy, governance, workers.<node>.<field>, models.<id>.<field>).
-func validatePolicy(d api.Policy) *api.APIError {
-	bad := func(param, msg string) *api.APIError { return api.BadRequest(api.CodeInvalidValue, param, msg) }
+func validatePolicy(d api.Policy) *apierr.Error {
+	bad := func(param, msg string) *apierr.Error { return apierr.BadRequest(apierr.CodeInvalidValue, param, msg) }
 	if d.Strategy != "" {
 		if _, err := route.ParseStrategy(d.Strategy); err != nil {
 			return bad("strategy", fmt.Sprintf("strategy %q is not one of %v.", d.Strategy, route.Strategies()))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // TestPolicyValidateNamesTheField: every bad part of a policy document is
@@ -31,7 +32,7 @@ func TestPolicyValidateNamesTheField(t *testing.T) {
 				err = e
 			}
 		}
-		ae, ok := err.(*api.APIError)
+		ae, ok := err.(*apierr.Error)
 		if !ok || ae.Status != 400 || ae.Param != param {
 			t.Errorf("%s: %v, want a 400 naming %s", body, err, param)
 		}

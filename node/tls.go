@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,7 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/consensus/rpcmux"
-	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/apierr"
 )
 
 // TLS for the node's listeners, with certificates that reload without a
@@ -305,13 +304,13 @@ func goReplyJSON(b []byte) []byte {
 	if err != nil || status < 400 || status > 599 {
 		return nil
 	}
-	var e *api.APIError
+	var e *apierr.Error
 	switch status {
 	case http.StatusNotImplemented:
-		e = api.Errorf(status, api.TypeInvalidRequest, "unsupported_transfer_encoding", "Transfer-Encoding",
+		e = apierr.New(status, apierr.TypeInvalidRequest, apierr.CodeUnsupportedTransferEncoding, "Transfer-Encoding",
 			"the request's Transfer-Encoding is not supported: send the body with Content-Length or Transfer-Encoding: chunked")
 	case http.StatusRequestHeaderFieldsTooLarge:
-		e = api.Errorf(status, api.TypeInvalidRequest, "request_header_fields_too_large", "",
+		e = apierr.New(status, apierr.TypeInvalidRequest, apierr.CodeHeadersTooLarge, "",
 			"the request's header fields are too large")
 	default:
 		// "400 Bad Request" or "400 Bad Request: malformed Host header".
@@ -319,10 +318,9 @@ func goReplyJSON(b []byte) []byte {
 		if _, detail, ok := strings.Cut(string(body), ": "); ok && detail != "" {
 			msg += ": " + detail
 		}
-		e = api.Errorf(status, api.TypeInvalidRequest, "malformed_request", "", msg)
+		e = apierr.New(status, apierr.TypeInvalidRequest, apierr.CodeMalformedRequest, "", msg)
 	}
-	j, _ := json.Marshal(map[string]*api.APIError{"error": e})
-	j = append(j, '\n')
+	j := apierr.Body(e)
 	out := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
 		status, http.StatusText(status), len(j))
 	return append(out, j...)

@@ -53,6 +53,17 @@ const (
 const (
 	CodeOverloaded = "server_overloaded"
 	CodeDraining   = "server_draining"
+	// CodeCatchingUp: a keyed request reached a replica that has not yet
+	// applied the replicated keys it needs.
+	CodeCatchingUp = "replica_catching_up"
+)
+
+// Codes of the JSON answers that replace Go's own plain-text refusals of
+// malformed HTTP (node's jsonReplyConn).
+const (
+	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding"
+	CodeHeadersTooLarge             = "request_header_fields_too_large"
+	CodeMalformedRequest            = "malformed_request"
 )
 
 // Codes of authentication and permission refusals (node/auth). 401
