@@ -477,6 +477,8 @@ type clientMetrics struct {
 	ok    prometheus.Counter // calls{result="ok"}, resolved once
 	// muxOpens counts Multiplex stream opens by result.
 	muxOpens *prometheus.CounterVec
+	// muxCalls counts requests sent over a Multiplex stream.
+	muxCalls prometheus.Counter
 }
 
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
@@ -486,10 +488,13 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	}, []string{"result"}), muxOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "infermesh", Subsystem: "forward", Name: "client_mux_opens_total",
 		Help: "Multiplex streams opened to peers, by result (ok, error, unsupported).",
-	}, []string{"result"})}
+	}, []string{"result"}), muxCalls: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "infermesh", Subsystem: "forward", Name: "client_mux_calls_total",
+		Help: "Forward calls sent over a peer's Multiplex stream (also counted in client_calls_total).",
+	})}
 	m.ok = m.calls.WithLabelValues("ok")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.calls, m.muxOpens} {
+		for _, c := range []prometheus.Collector{m.calls, m.muxOpens, m.muxCalls} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("forward: metrics: %w", err)
 			}

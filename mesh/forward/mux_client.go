@@ -229,6 +229,7 @@ func (mc *muxConn) forward(ctx context.Context, msg *forwardv1.ForwardRequest, u
 		mc.fail(err)
 		return nil, errMuxUnusable
 	}
+	mc.c.met.muxCalls.Inc()
 	call.stop = context.AfterFunc(ctx, func() { call.abandon() })
 	return &Stream{m: call, ctx: ctx, met: mc.c.met}, nil
 }
