@@ -80,6 +80,8 @@ type Client struct {
 	relay *relayClients
 	// mux holds each peer's Multiplex stream.
 	mux *muxPeers
+	// bufs pools the buffers multiplexed requests are encoded into.
+	bufs sync.Pool // *[]byte
 
 	mu    sync.RWMutex
 	peers map[string]forwardv1connect.ForwardServiceClient
@@ -131,6 +133,7 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 		peers: map[string]forwardv1connect.ForwardServiceClient{},
 	}
 	c.mux = newMuxPeers(c)
+	c.bufs.New = func() any { b := make([]byte, 0, 4<<10); return &b }
 	return c, nil
 }
 

@@ -180,9 +180,18 @@ type muxConn struct {
 	cancel context.CancelFunc
 	mac    *frameMAC // nil when the peer needs no frame MACs (mutual TLS)
 
-	sendMu sync.Mutex // serializes sends; guards nextID and mac
-	nextID uint64
-	buf    []byte // marshal buffer, under sendMu
+	// qmu guards nextID, mac, the queue of frames to send and sending.
+	// Frames are sent by whichever caller finds nobody sending: it sends
+	// what others queue meanwhile too, as one batch, so concurrent calls
+	// share writes without a sender goroutine (which would cost a
+	// goroutine switch per call when there is no concurrency).
+	qmu       sync.Mutex
+	nextID    uint64
+	queue     []*forwardv1.MultiplexRequest
+	spare     []*forwardv1.MultiplexRequest
+	bufs      []*[]byte // marshal buffers of the queued frames
+	spareBufs []*[]byte
+	sending   bool
 
 	mu    sync.Mutex
 	calls map[uint64]*muxCall
@@ -200,18 +209,21 @@ func (mc *muxConn) forward(ctx context.Context, msg *forwardv1.ForwardRequest, u
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl).Milliseconds(), 1)
 	}
-	mc.sendMu.Lock()
-	raw, err := proto.MarshalOptions{}.MarshalAppend(mc.buf[:0], msg)
+	bp := mc.c.bufs.Get().(*[]byte)
+	raw, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], msg)
 	if err != nil {
-		mc.sendMu.Unlock()
+		mc.c.bufs.Put(bp)
 		return nil, err
 	}
+	*bp = raw
+	mc.qmu.Lock()
 	mc.nextID++
 	call.id = mc.nextID
 	mc.mu.Lock()
 	if mc.dead {
 		mc.mu.Unlock()
-		mc.sendMu.Unlock()
+		mc.qmu.Unlock()
+		mc.c.bufs.Put(bp)
 		return nil, errMuxUnusable
 	}
 	mc.calls[call.id] = call
@@ -220,15 +232,7 @@ func (mc *muxConn) forward(ctx context.Context, msg *forwardv1.ForwardRequest, u
 	if mc.mac != nil {
 		frame.Mac = mc.mac.sum(nil, frameCall, call.id, raw)
 	}
-	err = mc.bs.Send(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Call{Call: frame}})
-	if cap(raw) <= 256<<10 {
-		mc.buf = raw[:0] // Send has encoded the frame; keep the buffer
-	}
-	mc.sendMu.Unlock()
-	if err != nil {
-		mc.fail(err)
-		return nil, errMuxUnusable
-	}
+	mc.push(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Call{Call: frame}}, bp)
 	mc.c.met.muxCalls.Inc()
 	call.stop = context.AfterFunc(ctx, func() { call.abandon() })
 	return &Stream{m: call, ctx: ctx, met: mc.c.met}, nil
@@ -361,14 +365,53 @@ func (c *muxCall) abandon() {
 		return
 	}
 	frame := &forwardv1.MultiplexCancel{Id: c.id}
-	mc.sendMu.Lock()
+	mc.qmu.Lock()
 	if mc.mac != nil {
 		frame.Mac = mc.mac.sum(nil, frameCancel, c.id, nil)
 	}
-	err := mc.bs.Send(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Cancel{Cancel: frame}})
-	mc.sendMu.Unlock()
-	if err != nil {
-		mc.fail(err)
+	mc.push(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Cancel{Cancel: frame}}, nil)
+}
+
+// push queues a frame (with the marshal buffer to release once it is
+// sent, or nil) and, unless another goroutine is sending, sends the queue
+// until it is empty. It is called with qmu held and releases it. A failed
+// send fails the stream: the calls in it see a retryable error.
+func (mc *muxConn) push(f *forwardv1.MultiplexRequest, buf *[]byte) {
+	mc.queue = append(mc.queue, f)
+	if buf != nil {
+		mc.bufs = append(mc.bufs, buf)
+	}
+	if mc.sending {
+		mc.qmu.Unlock()
+		return
+	}
+	mc.sending = true
+	for {
+		q, bufs := mc.queue, mc.bufs
+		mc.queue, mc.spare = mc.spare[:0], q
+		mc.bufs, mc.spareBufs = mc.spareBufs[:0], bufs
+		mc.qmu.Unlock()
+		msg := q[0]
+		if len(q) > 1 {
+			msg = &forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Batch{Batch: &forwardv1.MultiplexBatch{Frames: q}}}
+		}
+		err := mc.bs.Send(msg)
+		clear(q)
+		for i, b := range bufs {
+			if cap(*b) <= 256<<10 { // Send has encoded the frames; keep small buffers
+				mc.c.bufs.Put(b)
+			}
+			bufs[i] = nil
+		}
+		mc.qmu.Lock()
+		if err != nil || len(mc.queue) == 0 {
+			mc.sending = false
+			mc.qmu.Unlock()
+			if err != nil {
+				mc.fail(err)
+			}
+			return
+		}
 	}
 }
 

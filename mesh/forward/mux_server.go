@@ -82,35 +82,56 @@ func (s *Server) multiplex(ctx context.Context, bs *connect.BidiStream[forwardv1
 		if err != nil {
 			return nil // the caller closed the stream, or it broke
 		}
-		switch f := msg.GetFrame().(type) {
-		case *forwardv1.MultiplexRequest_Call:
-			c := f.Call
-			if c.GetId() <= last {
-				s.met.calls.WithLabelValues("replay").Inc()
-				return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("forward: multiplex call id %d not above %d (replayed frame)", c.GetId(), last))
+		if b := msg.GetBatch(); b != nil {
+			for _, f := range b.GetFrames() {
+				if f.GetBatch() != nil {
+					return connect.NewError(connect.CodeInvalidArgument, errors.New("forward: nested multiplex batch"))
+				}
+				if err := ms.handle(streamCtx, f, &last); err != nil {
+					return err
+				}
 			}
-			if ms.mac != nil && !ms.mac.check(c.GetMac(), frameCall, c.GetId(), c.GetRequest()) {
-				s.met.calls.WithLabelValues("bad_mac").Inc()
-				return connect.NewError(connect.CodeUnauthenticated, errors.New("forward: multiplex frame with a wrong MAC"))
-			}
-			last = c.GetId()
-			ms.start(streamCtx, c)
-		case *forwardv1.MultiplexRequest_Cancel:
-			c := f.Cancel
-			if ms.mac != nil && !ms.mac.check(c.GetMac(), frameCancel, c.GetId(), nil) {
-				s.met.calls.WithLabelValues("bad_mac").Inc()
-				return connect.NewError(connect.CodeUnauthenticated, errors.New("forward: multiplex frame with a wrong MAC"))
-			}
-			ms.mu.Lock()
-			cancel := ms.cancels[c.GetId()]
-			ms.mu.Unlock()
-			if cancel != nil {
-				cancel()
-			}
-		default:
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("forward: unexpected multiplex frame %T", f))
+			continue
+		}
+		if err := ms.handle(streamCtx, msg, &last); err != nil {
+			return err
 		}
 	}
+}
+
+// handle checks and acts on one call or cancel frame; an error ends the
+// stream. last is the greatest call id seen.
+func (ms *muxServerStream) handle(ctx context.Context, msg *forwardv1.MultiplexRequest, last *uint64) error {
+	s := ms.s
+	switch f := msg.GetFrame().(type) {
+	case *forwardv1.MultiplexRequest_Call:
+		c := f.Call
+		if c.GetId() <= *last {
+			s.met.calls.WithLabelValues("replay").Inc()
+			return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("forward: multiplex call id %d not above %d (replayed frame)", c.GetId(), *last))
+		}
+		if ms.mac != nil && !ms.mac.check(c.GetMac(), frameCall, c.GetId(), c.GetRequest()) {
+			s.met.calls.WithLabelValues("bad_mac").Inc()
+			return connect.NewError(connect.CodeUnauthenticated, errors.New("forward: multiplex frame with a wrong MAC"))
+		}
+		*last = c.GetId()
+		ms.start(ctx, c)
+	case *forwardv1.MultiplexRequest_Cancel:
+		c := f.Cancel
+		if ms.mac != nil && !ms.mac.check(c.GetMac(), frameCancel, c.GetId(), nil) {
+			s.met.calls.WithLabelValues("bad_mac").Inc()
+			return connect.NewError(connect.CodeUnauthenticated, errors.New("forward: multiplex frame with a wrong MAC"))
+		}
+		ms.mu.Lock()
+		cancel := ms.cancels[c.GetId()]
+		ms.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	default:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("forward: unexpected multiplex frame %T", f))
+	}
+	return nil
 }
 
 // start replays one call on its own goroutine.

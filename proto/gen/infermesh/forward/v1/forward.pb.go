@@ -948,6 +948,7 @@ type MultiplexRequest struct {
 	//	*MultiplexRequest_Open
 	//	*MultiplexRequest_Call
 	//	*MultiplexRequest_Cancel
+	//	*MultiplexRequest_Batch
 	Frame         isMultiplexRequest_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1017,6 +1018,15 @@ func (x *MultiplexRequest) GetCancel() *MultiplexCancel {
 	return nil
 }
 
+func (x *MultiplexRequest) GetBatch() *MultiplexBatch {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexRequest_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isMultiplexRequest_Frame interface {
 	isMultiplexRequest_Frame()
 }
@@ -1036,11 +1046,65 @@ type MultiplexRequest_Cancel struct {
 	Cancel *MultiplexCancel `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
 }
 
+type MultiplexRequest_Batch struct {
+	// Several calls and cancels at once, in order: what the caller had
+	// queued while its previous frame was being written.
+	Batch *MultiplexBatch `protobuf:"bytes,4,opt,name=batch,proto3,oneof"`
+}
+
 func (*MultiplexRequest_Open) isMultiplexRequest_Frame() {}
 
 func (*MultiplexRequest_Call) isMultiplexRequest_Frame() {}
 
 func (*MultiplexRequest_Cancel) isMultiplexRequest_Frame() {}
+
+func (*MultiplexRequest_Batch) isMultiplexRequest_Frame() {}
+
+// MultiplexBatch is several caller frames in one message.
+type MultiplexBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Calls and cancels (never an open or another batch), in order.
+	Frames        []*MultiplexRequest `protobuf:"bytes,1,rep,name=frames,proto3" json:"frames,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexBatch) Reset() {
+	*x = MultiplexBatch{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexBatch) ProtoMessage() {}
+
+func (x *MultiplexBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexBatch.ProtoReflect.Descriptor instead.
+func (*MultiplexBatch) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MultiplexBatch) GetFrames() []*MultiplexRequest {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
 
 // MultiplexOpen opens a Multiplex stream.
 type MultiplexOpen struct {
@@ -1054,7 +1118,7 @@ type MultiplexOpen struct {
 
 func (x *MultiplexOpen) Reset() {
 	*x = MultiplexOpen{}
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[13]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1130,7 @@ func (x *MultiplexOpen) String() string {
 func (*MultiplexOpen) ProtoMessage() {}
 
 func (x *MultiplexOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[13]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1143,7 @@ func (x *MultiplexOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiplexOpen.ProtoReflect.Descriptor instead.
 func (*MultiplexOpen) Descriptor() ([]byte, []int) {
-	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{13}
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MultiplexOpen) GetPublicKey() []byte {
@@ -1115,7 +1179,7 @@ type MultiplexCall struct {
 
 func (x *MultiplexCall) Reset() {
 	*x = MultiplexCall{}
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[14]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1191,7 @@ func (x *MultiplexCall) String() string {
 func (*MultiplexCall) ProtoMessage() {}
 
 func (x *MultiplexCall) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[14]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1204,7 @@ func (x *MultiplexCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiplexCall.ProtoReflect.Descriptor instead.
 func (*MultiplexCall) Descriptor() ([]byte, []int) {
-	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{14}
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MultiplexCall) GetId() uint64 {
@@ -1191,7 +1255,7 @@ type MultiplexCancel struct {
 
 func (x *MultiplexCancel) Reset() {
 	*x = MultiplexCancel{}
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[15]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1267,7 @@ func (x *MultiplexCancel) String() string {
 func (*MultiplexCancel) ProtoMessage() {}
 
 func (x *MultiplexCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[15]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1280,7 @@ func (x *MultiplexCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiplexCancel.ProtoReflect.Descriptor instead.
 func (*MultiplexCancel) Descriptor() ([]byte, []int) {
-	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{15}
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MultiplexCancel) GetId() uint64 {
@@ -1253,7 +1317,7 @@ type MultiplexResponse struct {
 
 func (x *MultiplexResponse) Reset() {
 	*x = MultiplexResponse{}
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[16]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1329,7 @@ func (x *MultiplexResponse) String() string {
 func (*MultiplexResponse) ProtoMessage() {}
 
 func (x *MultiplexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[16]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1342,7 @@ func (x *MultiplexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiplexResponse.ProtoReflect.Descriptor instead.
 func (*MultiplexResponse) Descriptor() ([]byte, []int) {
-	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{16}
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MultiplexResponse) GetId() uint64 {
@@ -1362,7 +1426,7 @@ type MultiplexReady struct {
 
 func (x *MultiplexReady) Reset() {
 	*x = MultiplexReady{}
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[17]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1438,7 @@ func (x *MultiplexReady) String() string {
 func (*MultiplexReady) ProtoMessage() {}
 
 func (x *MultiplexReady) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[17]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1451,7 @@ func (x *MultiplexReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiplexReady.ProtoReflect.Descriptor instead.
 func (*MultiplexReady) Descriptor() ([]byte, []int) {
-	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{17}
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MultiplexReady) GetPublicKey() []byte {
@@ -1420,7 +1484,7 @@ type MultiplexError struct {
 
 func (x *MultiplexError) Reset() {
 	*x = MultiplexError{}
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[18]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1496,7 @@ func (x *MultiplexError) String() string {
 func (*MultiplexError) ProtoMessage() {}
 
 func (x *MultiplexError) ProtoReflect() protoreflect.Message {
-	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[18]
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1509,7 @@ func (x *MultiplexError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiplexError.ProtoReflect.Descriptor instead.
 func (*MultiplexError) Descriptor() ([]byte, []int) {
-	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{18}
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MultiplexError) GetCode() string {
@@ -1528,12 +1592,15 @@ const file_infermesh_forward_v1_forward_proto_rawDesc = "" +
 	"\rRelayResponse\x120\n" +
 	"\x04head\x18\x01 \x01(\v2\x1a.infermesh.forward.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
-	"\x05frame\"\xd2\x01\n" +
+	"\x05frame\"\x90\x02\n" +
 	"\x10MultiplexRequest\x129\n" +
 	"\x04open\x18\x01 \x01(\v2#.infermesh.forward.v1.MultiplexOpenH\x00R\x04open\x129\n" +
 	"\x04call\x18\x02 \x01(\v2#.infermesh.forward.v1.MultiplexCallH\x00R\x04call\x12?\n" +
-	"\x06cancel\x18\x03 \x01(\v2%.infermesh.forward.v1.MultiplexCancelH\x00R\x06cancelB\a\n" +
-	"\x05frame\".\n" +
+	"\x06cancel\x18\x03 \x01(\v2%.infermesh.forward.v1.MultiplexCancelH\x00R\x06cancel\x12<\n" +
+	"\x05batch\x18\x04 \x01(\v2$.infermesh.forward.v1.MultiplexBatchH\x00R\x05batchB\a\n" +
+	"\x05frame\"P\n" +
+	"\x0eMultiplexBatch\x12>\n" +
+	"\x06frames\x18\x01 \x03(\v2&.infermesh.forward.v1.MultiplexRequestR\x06frames\".\n" +
 	"\rMultiplexOpen\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\"\x80\x01\n" +
@@ -1581,7 +1648,7 @@ func file_infermesh_forward_v1_forward_proto_rawDescGZIP() []byte {
 	return file_infermesh_forward_v1_forward_proto_rawDescData
 }
 
-var file_infermesh_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_infermesh_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_infermesh_forward_v1_forward_proto_goTypes = []any{
 	(*Header)(nil),            // 0: infermesh.forward.v1.Header
 	(*Caller)(nil),            // 1: infermesh.forward.v1.Caller
@@ -1596,12 +1663,13 @@ var file_infermesh_forward_v1_forward_proto_goTypes = []any{
 	(*RelayOpen)(nil),         // 10: infermesh.forward.v1.RelayOpen
 	(*RelayResponse)(nil),     // 11: infermesh.forward.v1.RelayResponse
 	(*MultiplexRequest)(nil),  // 12: infermesh.forward.v1.MultiplexRequest
-	(*MultiplexOpen)(nil),     // 13: infermesh.forward.v1.MultiplexOpen
-	(*MultiplexCall)(nil),     // 14: infermesh.forward.v1.MultiplexCall
-	(*MultiplexCancel)(nil),   // 15: infermesh.forward.v1.MultiplexCancel
-	(*MultiplexResponse)(nil), // 16: infermesh.forward.v1.MultiplexResponse
-	(*MultiplexReady)(nil),    // 17: infermesh.forward.v1.MultiplexReady
-	(*MultiplexError)(nil),    // 18: infermesh.forward.v1.MultiplexError
+	(*MultiplexBatch)(nil),    // 13: infermesh.forward.v1.MultiplexBatch
+	(*MultiplexOpen)(nil),     // 14: infermesh.forward.v1.MultiplexOpen
+	(*MultiplexCall)(nil),     // 15: infermesh.forward.v1.MultiplexCall
+	(*MultiplexCancel)(nil),   // 16: infermesh.forward.v1.MultiplexCancel
+	(*MultiplexResponse)(nil), // 17: infermesh.forward.v1.MultiplexResponse
+	(*MultiplexReady)(nil),    // 18: infermesh.forward.v1.MultiplexReady
+	(*MultiplexError)(nil),    // 19: infermesh.forward.v1.MultiplexError
 }
 var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	0,  // 0: infermesh.forward.v1.ForwardRequest.headers:type_name -> infermesh.forward.v1.Header
@@ -1617,25 +1685,27 @@ var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	10, // 10: infermesh.forward.v1.RelayRequest.open:type_name -> infermesh.forward.v1.RelayOpen
 	2,  // 11: infermesh.forward.v1.RelayOpen.request:type_name -> infermesh.forward.v1.ForwardRequest
 	5,  // 12: infermesh.forward.v1.RelayResponse.head:type_name -> infermesh.forward.v1.Head
-	13, // 13: infermesh.forward.v1.MultiplexRequest.open:type_name -> infermesh.forward.v1.MultiplexOpen
-	14, // 14: infermesh.forward.v1.MultiplexRequest.call:type_name -> infermesh.forward.v1.MultiplexCall
-	15, // 15: infermesh.forward.v1.MultiplexRequest.cancel:type_name -> infermesh.forward.v1.MultiplexCancel
-	17, // 16: infermesh.forward.v1.MultiplexResponse.ready:type_name -> infermesh.forward.v1.MultiplexReady
-	3,  // 17: infermesh.forward.v1.MultiplexResponse.response:type_name -> infermesh.forward.v1.ForwardResponse
-	18, // 18: infermesh.forward.v1.MultiplexResponse.error:type_name -> infermesh.forward.v1.MultiplexError
-	2,  // 19: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
-	2,  // 20: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
-	9,  // 21: infermesh.forward.v1.ForwardService.Relay:input_type -> infermesh.forward.v1.RelayRequest
-	12, // 22: infermesh.forward.v1.ForwardService.Multiplex:input_type -> infermesh.forward.v1.MultiplexRequest
-	3,  // 23: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
-	4,  // 24: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
-	11, // 25: infermesh.forward.v1.ForwardService.Relay:output_type -> infermesh.forward.v1.RelayResponse
-	16, // 26: infermesh.forward.v1.ForwardService.Multiplex:output_type -> infermesh.forward.v1.MultiplexResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	14, // 13: infermesh.forward.v1.MultiplexRequest.open:type_name -> infermesh.forward.v1.MultiplexOpen
+	15, // 14: infermesh.forward.v1.MultiplexRequest.call:type_name -> infermesh.forward.v1.MultiplexCall
+	16, // 15: infermesh.forward.v1.MultiplexRequest.cancel:type_name -> infermesh.forward.v1.MultiplexCancel
+	13, // 16: infermesh.forward.v1.MultiplexRequest.batch:type_name -> infermesh.forward.v1.MultiplexBatch
+	12, // 17: infermesh.forward.v1.MultiplexBatch.frames:type_name -> infermesh.forward.v1.MultiplexRequest
+	18, // 18: infermesh.forward.v1.MultiplexResponse.ready:type_name -> infermesh.forward.v1.MultiplexReady
+	3,  // 19: infermesh.forward.v1.MultiplexResponse.response:type_name -> infermesh.forward.v1.ForwardResponse
+	19, // 20: infermesh.forward.v1.MultiplexResponse.error:type_name -> infermesh.forward.v1.MultiplexError
+	2,  // 21: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
+	2,  // 22: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
+	9,  // 23: infermesh.forward.v1.ForwardService.Relay:input_type -> infermesh.forward.v1.RelayRequest
+	12, // 24: infermesh.forward.v1.ForwardService.Multiplex:input_type -> infermesh.forward.v1.MultiplexRequest
+	3,  // 25: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
+	4,  // 26: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
+	11, // 27: infermesh.forward.v1.ForwardService.Relay:output_type -> infermesh.forward.v1.RelayResponse
+	17, // 28: infermesh.forward.v1.ForwardService.Multiplex:output_type -> infermesh.forward.v1.MultiplexResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_infermesh_forward_v1_forward_proto_init() }
@@ -1661,8 +1731,9 @@ func file_infermesh_forward_v1_forward_proto_init() {
 		(*MultiplexRequest_Open)(nil),
 		(*MultiplexRequest_Call)(nil),
 		(*MultiplexRequest_Cancel)(nil),
+		(*MultiplexRequest_Batch)(nil),
 	}
-	file_infermesh_forward_v1_forward_proto_msgTypes[16].OneofWrappers = []any{
+	file_infermesh_forward_v1_forward_proto_msgTypes[17].OneofWrappers = []any{
 		(*MultiplexResponse_Ready)(nil),
 		(*MultiplexResponse_Response)(nil),
 		(*MultiplexResponse_Error)(nil),
@@ -1673,7 +1744,7 @@ func file_infermesh_forward_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infermesh_forward_v1_forward_proto_rawDesc), len(file_infermesh_forward_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
