@@ -23,7 +23,9 @@ import (
 // what the node does) and with the cluster secret in a header (the scheme
 // peerauth replaced, rebuilt here only to compare) — and, as the baseline
 // in the same run, the same handler behind a plain net/http server called
-// with a plain keep-alive client (the hop a reverse proxy makes).
+// with a plain keep-alive client (the hop a reverse proxy makes). The
+// signed and secret-header paths are calls of their own; "mux" is the
+// signed client's default, the peer's multiplexed stream.
 func BenchmarkForwardRoundTrip(b *testing.B) {
 	body := make([]byte, 1024)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,16 +36,18 @@ func BenchmarkForwardRoundTrip(b *testing.B) {
 	reqBody := []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`)
 	hdr := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"bench"}}
 	signed := startPeerChunk(b, 32<<10, h)
-	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret, MuxMaxBody: -1}, nil, nil)
 	defer cSigned.Close()
 	legacy := startPeerConfig(b, forward.ServerConfig{NodeID: "srv", Verifier: secretHeaderCheck(secret), ChunkSize: 32 << 10}, h)
-	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret)}, nil, nil)
+	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret), MuxMaxBody: -1}, nil, nil)
 	defer cLegacy.Close()
+	cMux, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	defer cMux.Close()
 	paths := []struct {
 		name string
 		c    *forward.Client
 		p    *peer
-	}{{"signed", cSigned, signed}, {"secret-header", cLegacy, legacy}}
+	}{{"signed", cSigned, signed}, {"secret-header", cLegacy, legacy}, {"mux", cMux, signed}}
 	for _, unary := range []bool{false, true} {
 		mode := "stream"
 		if unary {
@@ -103,10 +107,10 @@ func BenchmarkForwardAuth(b *testing.B) {
 	})
 	reqBody := []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`)
 	signed := startPeerChunk(b, 32<<10, h)
-	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret, MuxMaxBody: -1}, nil, nil)
 	defer cSigned.Close()
 	legacy := startPeerConfig(b, forward.ServerConfig{NodeID: "srv", Verifier: secretHeaderCheck(secret), ChunkSize: 32 << 10}, h)
-	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret)}, nil, nil)
+	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret), MuxMaxBody: -1}, nil, nil)
 	defer cLegacy.Close()
 	for _, unary := range []bool{false, true} {
 		mode := "stream"
