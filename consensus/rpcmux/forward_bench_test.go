@@ -135,10 +135,12 @@ func (s secretHeader) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // the RPC mux, 1 KiB JSON answers, as the node forwards embeddings) three
 // ways, interleaved so that load from other processes hits all alike:
 //
-//   - base: cleartext, the secret in a header (before issue 21);
-//   - auth: cleartext, calls signed by mesh/peerauth;
+//   - base: cleartext, the secret in a header, every request a call of
+//     its own (the hop before issue 21 and before the multiplexed stream);
+//   - auth: cleartext, the stream open signed by mesh/peerauth and every
+//     frame MACed (the node's default);
 //   - mtls: mutual TLS on the RPC port and peerauth (a node with
-//     --peer-cert).
+//     --peer-cert); the stream's frames carry no MACs.
 //
 // c1 alternates single calls; c64 alternates rounds of 64 concurrent
 // callers, 20 calls each. Each reports the calls per second of every
