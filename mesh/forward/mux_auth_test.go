@@ -2,10 +2,19 @@ package forward
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -172,5 +181,94 @@ func TestMultiplexRefusesReplayedAndForgedFrames(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1 (only the first, genuine call)", n)
+	}
+}
+
+// testCerts returns a CA pool and a certificate it signed for 127.0.0.1,
+// usable by servers and clients.
+func testCerts(t *testing.T) (*x509.CertPool, tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mux-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}
+}
+
+// TestMultiplexOverMutualTLSNeedsNoFrameMACs checks that a stream over a
+// connection whose client certificate the server verified carries no frame
+// MACs, and that TLS without a verified client certificate still needs them.
+func TestMultiplexOverMutualTLSNeedsNoFrameMACs(t *testing.T) {
+	pool, cert := testCerts(t)
+	for _, mutual := range []bool{true, false} {
+		srv, err := NewServer(ServerConfig{NodeID: "srv", ClusterSecret: authSecret}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte("ok"))
+		}), nil, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(srv.Handler())
+		hs := NewHTTPServer(mux, nil)
+		hs.Protocols.SetHTTP2(true) // as the node does under peer TLS
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, NextProtos: []string{"h2"}, ClientAuth: tls.NoClientCert}
+		if mutual {
+			hs.TLSConfig.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go hs.ServeTLS(ln, "", "")
+		t.Cleanup(func() { hs.Close() })
+
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := tls.Dialer{Config: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}}
+			return d.DialContext(ctx, network, addr)
+		}
+		sign, err := peerauth.NewSigner(authSecret, peerauth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewClient(ClientConfig{NodeID: "origin", Signer: sign, Dial: dial, DialHTTP2: dial}, nil, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		p := &muxPeer{addr: ln.Addr().String()}
+		mc, err := c.mux.dial(p)
+		if err != nil {
+			t.Fatalf("mutual=%v: open: %v", mutual, err)
+		}
+		if (mc.mac == nil) != mutual {
+			t.Fatalf("mutual=%v: frame MACs on=%v", mutual, mc.mac != nil)
+		}
+		go mc.readLoop(p)
+		s, err := mc.forward(context.Background(), &forwardv1.ForwardRequest{Method: "GET", Path: "/x", HopCount: 1}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, err := s.Head(); err != nil || h.Status != 200 {
+			t.Fatalf("mutual=%v: %+v %v", mutual, h, err)
+		}
+		s.Close()
+		mc.fail(errors.New("test over"))
 	}
 }
