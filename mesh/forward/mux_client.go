@@ -289,10 +289,12 @@ func (mc *muxConn) fail(cause error) {
 	mc.cancel()
 	// Unavailable: a call that had no head yet is retried elsewhere. The
 	// cause is formatted, not wrapped: a stream ended by our own cancel
-	// must not look like the caller's cancellation.
-	err := connect.NewError(connect.CodeUnavailable, fmt.Errorf("forward: multiplex stream to %s broke: %v", mc.addr, cause))
+	// must not look like the caller's cancellation. Each call gets its own
+	// error: a *connect.Error's metadata is filled in lazily, so sharing
+	// one between callers would race.
+	msg := fmt.Sprintf("forward: multiplex stream to %s broke: %v", mc.addr, cause)
 	for _, call := range calls {
-		call.err = err
+		call.err = connect.NewError(connect.CodeUnavailable, errors.New(msg))
 		close(call.broken)
 	}
 	if len(calls) > 0 {
