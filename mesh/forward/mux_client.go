@@ -35,6 +35,9 @@ const (
 	// muxUnsupportedRetry is how long a peer that does not know Multiplex
 	// (an older version) is not asked again.
 	muxUnsupportedRetry = time.Minute
+	// muxSendStall is how long a write may be stuck before a caller that
+	// gives up ends the stream.
+	muxSendStall = time.Second
 	// muxCallQueue is how many frames of one call wait for its reader; a
 	// reader slower than that holds up the stream's other calls, as a full
 	// TCP window would.
@@ -193,6 +196,9 @@ type muxConn struct {
 	bufs      []*[]byte // marshal buffers of the queued frames
 	spareBufs []*[]byte
 	sending   bool
+	// sendStart is when the write in progress began (Unix ns), 0 when
+	// none is.
+	sendStart atomic.Int64
 
 	mu    sync.Mutex
 	calls map[uint64]*muxCall
@@ -287,6 +293,10 @@ func (mc *muxConn) fail(cause error) {
 	mc.calls = nil
 	mc.mu.Unlock()
 	mc.cancel()
+	// Cancelling the call does not release a write blocked on the HTTP/2
+	// stream's flow control (the transport is not reading Connect's request
+	// pipe); closing the request side does.
+	go func() { _ = mc.bs.CloseRequest() }()
 	// Unavailable: a call that had no head yet is retried elsewhere. The
 	// cause is formatted, not wrapped: a stream ended by our own cancel
 	// must not look like the caller's cancellation. Each call gets its own
@@ -357,6 +367,22 @@ func (c *muxCall) finish() {
 func (c *muxCall) abandon() {
 	c.once.Do(func() { close(c.gone) })
 	mc := c.mc
+	if t := mc.sendStart.Load(); t != 0 {
+		// A write is in progress. If it stays stuck past muxSendStall (a
+		// peer that stopped reading: partitioned, paused) while callers
+		// give up, end the stream, which unblocks the write and fails its
+		// calls, rather than hold the sending caller until pings notice.
+		wait := muxSendStall - time.Since(time.Unix(0, t))
+		if wait <= 0 {
+			mc.fail(errors.New("writes stalled"))
+			return
+		}
+		time.AfterFunc(wait, func() {
+			if mc.sendStart.Load() == t {
+				mc.fail(errors.New("writes stalled"))
+			}
+		})
+	}
 	mc.mu.Lock()
 	_, pending := mc.calls[c.id]
 	if pending {
@@ -410,7 +436,9 @@ func (mc *muxConn) push(f *forwardv1.MultiplexRequest, buf *[]byte) {
 		if len(q) > 1 {
 			msg = &forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Batch{Batch: &forwardv1.MultiplexBatch{Frames: q}}}
 		}
+		mc.sendStart.Store(time.Now().UnixNano())
 		err := mc.bs.Send(msg)
+		mc.sendStart.Store(0)
 		clear(q)
 		for i, b := range bufs {
 			if cap(*b) <= 256<<10 { // Send has encoded the frames; keep small buffers

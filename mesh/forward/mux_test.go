@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -372,5 +373,130 @@ func TestMultiplexDraining(t *testing.T) {
 	}
 	if runs.Load() != n || c.muxCalls(t) != before+1 {
 		t.Fatal("the refused call ran, or did not go over the stream")
+	}
+}
+
+// freezer relays TCP connections to a target and, once frozen, stops
+// carrying the clients' bytes (a peer that stopped reading: paused or cut
+// off without a reset).
+type freezer struct {
+	ln     net.Listener
+	frozen chan struct{}
+	once   sync.Once
+}
+
+func startFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln, frozen: make(chan struct{})}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { io.Copy(c, s); c.Close() }()
+			go func() {
+				defer s.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					select {
+					case <-f.frozen:
+						<-done // hold the connection, read nothing more
+						return
+					default:
+					}
+					n, err := c.Read(buf)
+					if n > 0 {
+						if _, werr := s.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return f
+}
+
+func (f *freezer) freeze() { f.once.Do(func() { close(f.frozen) }) }
+
+// TestMultiplexStalledWritesEndTheStream freezes the path to the peer
+// while calls with large bodies fill the stream's window: once callers
+// give up, the stream ends and every caller, the one stuck writing
+// included, gets an error instead of waiting for pings (set to an hour
+// here, so only the stall rule can release them).
+func TestMultiplexStalledWritesEndTheStream(t *testing.T) {
+	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret}, echo)
+	f := startFreezer(t, p.addr)
+	addr := f.ln.Addr().String()
+	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour})
+	c.warm(t, addr)
+	f.freeze()
+
+	const n = 40 // 40 × 60 KiB is more than the peer's 1 MiB stream window
+	body := bytes.Repeat([]byte("z"), 60<<10)
+	ctx, cancel := context.WithCancel(context.Background())
+	sent := make(chan struct{}, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			s, err := c.Forward(ctx, addr, &forward.Request{Method: "POST", Path: "/v1/x", Body: body})
+			sent <- struct{}{}
+			if err == nil {
+				_, err = s.Head()
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	// All but the caller stuck writing for everyone hand their frames
+	// over and return from Forward.
+	for range n - 1 {
+		<-sent
+	}
+	select {
+	case <-sent:
+		t.Fatal("no write stalled: the frozen path took every frame")
+	default:
+	}
+	// Give up on them all (and keep giving up on new calls, each from a
+	// goroutine of its own, which may become the stuck writer too) until
+	// the stalled writer is released. The 30 s limit is a hang guard.
+	cancel()
+	got := 0
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for limit := time.After(30 * time.Second); got < n; {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Fatal("a call through a frozen path succeeded")
+			}
+			got++
+		case <-tick.C:
+			go func() {
+				cctx, ccancel := context.WithCancel(context.Background())
+				ccancel()
+				if s, err := c.Forward(cctx, addr, &forward.Request{Method: "GET", Path: "/x"}); err == nil {
+					s.Close()
+				}
+			}()
+		case <-limit:
+			t.Fatalf("%d of %d callers still stuck behind a stalled write", n-got, n)
+		}
 	}
 }
