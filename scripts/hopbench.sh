@@ -23,7 +23,10 @@
 #     summed over the run, divided by the requests wrk completed; and B's
 #     CPU per request the same way (the serving side's share of the hop).
 # Paths are measured in rounds with a rotated order, so load from other
-# processes hits all alike; the table shows the median over the rounds.
+# processes hits all alike; the table shows the median over the rounds,
+# and below it the mesh hop's ratios to each other proxy, taken within
+# each round (median and range): the issue-13 targets are hop CPU <= 2x
+# nginx's, throughput >= 0.9x nginx's and added p50 <= HAProxy's.
 #
 # Usage: scripts/hopbench.sh            (from the repository root)
 # Environment:
@@ -272,6 +275,25 @@ END {
       printf "| %s | %.0f | – | %.0f | – | %.0f | 1.00 | – | %.0f |\n", p, median(a, rounds), median(c, rounds), median(e, rounds), median(h, rounds)
     else
       printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.0f |\n", p, median(a, rounds), median(b, rounds), median(c, rounds), median(d, rounds), median(e, rounds), median(f, rounds), median(g, rounds), median(h, rounds)
+  }
+  # The targets, as ratios of the same round: the mesh hop against nginx
+  # (CPU per request, throughput) and HAProxy (added p50); median and range
+  # over the rounds.
+  print ""
+  for (k = 1; k <= np; k++) {
+    p = P[k]
+    if (p == "mesh" || p == "direct") continue
+    for (r = 1; r <= rounds; r++) {
+      a[r] = hop[r, "mesh"] / hop[r, p]; b[r] = rps[r, "mesh"] / rps[r, p]
+      c[r] = (p50[r, "mesh"] - p50[r, "direct"]) / (p50[r, p] - p50[r, "direct"])
+    }
+    lo_a = a[1]; hi_a = a[1]; lo_b = b[1]; hi_b = b[1]; lo_c = c[1]; hi_c = c[1]
+    for (r = 2; r <= rounds; r++) {
+      if (a[r] < lo_a) lo_a = a[r]; if (a[r] > hi_a) hi_a = a[r]
+      if (b[r] < lo_b) lo_b = b[r]; if (b[r] > hi_b) hi_b = b[r]
+      if (c[r] < lo_c) lo_c = c[r]; if (c[r] > hi_c) hi_c = c[r]
+    }
+    printf "mesh vs %s, same round: hop CPU %.2f× (%.2f–%.2f), throughput c=64 %.2f× (%.2f–%.2f), added p50 %.2f× (%.2f–%.2f)\n", p, median(a, rounds), lo_a, hi_a, median(b, rounds), lo_b, hi_b, median(c, rounds), lo_c, hi_c
   }
 }' "$R"
 echo

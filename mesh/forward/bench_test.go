@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +25,9 @@ import (
 // what the node does) and with the cluster secret in a header (the scheme
 // peerauth replaced, rebuilt here only to compare) — and, as the baseline
 // in the same run, the same handler behind a plain net/http server called
-// with a plain keep-alive client (the hop a reverse proxy makes).
+// with a plain keep-alive client (the hop a reverse proxy makes). The
+// signed and secret-header paths are calls of their own; "mux" is the
+// signed client's default, the peer's multiplexed stream.
 func BenchmarkForwardRoundTrip(b *testing.B) {
 	body := make([]byte, 1024)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,16 +38,18 @@ func BenchmarkForwardRoundTrip(b *testing.B) {
 	reqBody := []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`)
 	hdr := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"bench"}}
 	signed := startPeerChunk(b, 32<<10, h)
-	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret, MuxMaxBody: -1}, nil, nil)
 	defer cSigned.Close()
 	legacy := startPeerConfig(b, forward.ServerConfig{NodeID: "srv", Verifier: secretHeaderCheck(secret), ChunkSize: 32 << 10}, h)
-	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret)}, nil, nil)
+	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret), MuxMaxBody: -1}, nil, nil)
 	defer cLegacy.Close()
+	cMux, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	defer cMux.Close()
 	paths := []struct {
 		name string
 		c    *forward.Client
 		p    *peer
-	}{{"signed", cSigned, signed}, {"secret-header", cLegacy, legacy}}
+	}{{"signed", cSigned, signed}, {"secret-header", cLegacy, legacy}, {"mux", cMux, signed}}
 	for _, unary := range []bool{false, true} {
 		mode := "stream"
 		if unary {
@@ -103,10 +109,10 @@ func BenchmarkForwardAuth(b *testing.B) {
 	})
 	reqBody := []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`)
 	signed := startPeerChunk(b, 32<<10, h)
-	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	cSigned, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret, MuxMaxBody: -1}, nil, nil)
 	defer cSigned.Close()
 	legacy := startPeerConfig(b, forward.ServerConfig{NodeID: "srv", Verifier: secretHeaderCheck(secret), ChunkSize: 32 << 10}, h)
-	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret)}, nil, nil)
+	cLegacy, _ := forward.NewClient(forward.ClientConfig{Signer: secretHeaderSend(secret), MuxMaxBody: -1}, nil, nil)
 	defer cLegacy.Close()
 	for _, unary := range []bool{false, true} {
 		mode := "stream"
@@ -203,4 +209,100 @@ func (l legacyInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 		}
 		return next(ctx, conn)
 	}
+}
+
+// BenchmarkForwardMux compares the multiplexed stream with calls of their
+// own (both signed, 1 KiB JSON answers, ForwardUnary's framing), in the
+// same run: c1 alternates single calls and reports each path's median
+// latency and their ratio; c64 alternates rounds of 64 concurrent callers
+// (20 calls each) and reports throughput and the median of the per-round
+// ratios. A ratio above 1 means the stream is faster.
+func BenchmarkForwardMux(b *testing.B) {
+	body := make([]byte, 1024)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	})
+	p := startPeerChunk(b, 32<<10, h)
+	perCall, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret, MuxMaxBody: -1}, nil, nil)
+	defer perCall.Close()
+	mux, _ := forward.NewClient(forward.ClientConfig{ClusterSecret: secret}, nil, nil)
+	defer mux.Close()
+	clients := [2]*forward.Client{perCall, mux}
+	req := &forward.Request{Method: "POST", Path: "/v1/embeddings", Body: []byte(`{"model":"m","input":"the quick brown fox jumps over the lazy dog"}`),
+		Header: http.Header{"Content-Type": {"application/json"}}, Unary: true}
+	one := func(b *testing.B, c *forward.Client) {
+		s, err := c.Forward(context.Background(), p.addr, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, _, err := readAll(b, s); err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+	}
+	// Open the pooled connections and the stream (in the background on
+	// first use) before timing.
+	for range 3 {
+		one(b, perCall)
+		one(b, mux)
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Run("c1", func(b *testing.B) {
+		var lat [2][]float64
+		k := 0
+		for b.Loop() {
+			for j := range 2 {
+				i := (k + j) % 2
+				start := time.Now()
+				one(b, clients[i])
+				lat[i] = append(lat[i], float64(time.Since(start).Microseconds()))
+			}
+			k++
+		}
+		b.ReportMetric(medianOf(lat[0]), "percall-p50-µs")
+		b.ReportMetric(medianOf(lat[1]), "mux-p50-µs")
+		b.ReportMetric(medianOf(lat[0])/medianOf(lat[1]), "p50-percall/mux")
+	})
+	b.Run("c64", func(b *testing.B) {
+		var spent [2]time.Duration
+		var ratios []float64
+		k := 0
+		for b.Loop() {
+			var t [2]time.Duration
+			for j := range 2 {
+				i := (k + j) % 2
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range 64 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 20 {
+							one(b, clients[i])
+						}
+					}()
+				}
+				wg.Wait()
+				t[i] = time.Since(start)
+				spent[i] += t[i]
+			}
+			ratios = append(ratios, t[0].Seconds()/t[1].Seconds())
+			k++
+		}
+		calls := float64(b.N * 64 * 20)
+		b.ReportMetric(calls/spent[0].Seconds(), "percall-calls/s")
+		b.ReportMetric(calls/spent[1].Seconds(), "mux-calls/s")
+		b.ReportMetric(medianOf(ratios), "mux/percall")
+	})
+}
+
+func medianOf(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

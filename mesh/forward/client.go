@@ -55,6 +55,11 @@ type ClientConfig struct {
 	// WebSockets), which need HTTP/2 whatever H2C says: with peer TLS, a
 	// dialer whose ALPN protocol is h2. Nil dials plain TCP (h2c).
 	DialHTTP2 func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MuxMaxBody is the largest request body sent over the peer's
+	// multiplexed stream (Multiplex); larger bodies take a call of their
+	// own, so a large upload never holds up the small requests sharing
+	// the stream. Default 64 KiB; negative: never multiplex.
+	MuxMaxBody int
 	// MaxIdleConnsPerPeer bounds idle HTTP/1.1 connections kept per peer.
 	// It should cover the usual concurrency towards one peer, or
 	// connections churn. Default 512.
@@ -71,8 +76,12 @@ type Client struct {
 	http connect.HTTPClient
 	tr   *http.Transport
 	met  *clientMetrics
-	// relay holds the HTTP/2 clients of Relay calls.
+	// relay holds the HTTP/2 clients of Relay and Multiplex calls.
 	relay *relayClients
+	// mux holds each peer's Multiplex stream.
+	mux *muxPeers
+	// bufs pools the buffers multiplexed requests are encoded into.
+	bufs sync.Pool // *[]byte
 
 	mu    sync.RWMutex
 	peers map[string]forwardv1connect.ForwardServiceClient
@@ -102,6 +111,9 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 	if cfg.MaxIdleConnsPerPeer <= 0 {
 		cfg.MaxIdleConnsPerPeer = 512
 	}
+	if cfg.MuxMaxBody == 0 {
+		cfg.MuxMaxBody = 64 << 10
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -110,7 +122,7 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 		return nil, err
 	}
 	tr := newTransport(cfg)
-	return &Client{
+	c := &Client{
 		cfg:   cfg,
 		sign:  sign,
 		log:   logger.With("component", "forward", "node", cfg.NodeID),
@@ -119,7 +131,10 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 		met:   met,
 		relay: newRelayClients(cfg, sign),
 		peers: map[string]forwardv1connect.ForwardServiceClient{},
-	}, nil
+	}
+	c.mux = newMuxPeers(c)
+	c.bufs.New = func() any { b := make([]byte, 0, 4<<10); return &b }
+	return c, nil
 }
 
 // newTransport returns the transport for node-to-node calls: pooled
@@ -181,8 +196,9 @@ func (m memBody) Do(r *http.Request) (*http.Response, error) {
 	return m.rt.RoundTrip(r)
 }
 
-// Close drops idle pooled connections.
+// Close ends the multiplexed streams and drops idle pooled connections.
 func (c *Client) Close() {
+	c.mux.close()
 	c.tr.CloseIdleConnections()
 	c.relay.tr.CloseIdleConnections()
 }
@@ -223,6 +239,19 @@ func (c *Client) Forward(ctx context.Context, addr string, req *Request) (*Strea
 	}
 	if req.OriginNodeID != "" {
 		msg.OriginNodeId = req.OriginNodeID
+	}
+	if c.cfg.MuxMaxBody > 0 && len(req.Body) <= c.cfg.MuxMaxBody {
+		if mc := c.mux.get(addr); mc != nil {
+			s, err := mc.forward(ctx, msg, req.Unary)
+			if err == nil {
+				return s, nil
+			}
+			if !errors.Is(err, errMuxUnusable) {
+				c.met.calls.WithLabelValues(resultOf(err)).Inc()
+				return nil, err
+			}
+			// The stream broke before the call went out: a call of its own.
+		}
 	}
 	creq := connect.NewRequest(msg)
 	if req.Unary {
@@ -274,7 +303,9 @@ var ErrProtocol = errors.New("forward: malformed response stream")
 // Stream is one forwarded response. Read the head, then body chunks until
 // io.EOF, then the trailer. It is not safe for concurrent use.
 type Stream struct {
-	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse] // nil for a unary call: whole is the response
+	s       *connect.ServerStreamForClient[forwardv1.ForwardResponse] // nil for a unary or multiplexed call
+	m       *muxCall                                                  // a call on the peer's Multiplex stream
+	ctx     context.Context                                           // the multiplexed call's context
 	met     *clientMetrics
 	head    bool
 	whole   *forwardv1.Whole   // a Whole frame whose body is still to be read
@@ -291,18 +322,17 @@ func (s *Stream) Head() (Head, error) {
 		return Head{}, fmt.Errorf("%w: head read twice", ErrProtocol)
 	}
 	var h *forwardv1.Head
-	if s.s == nil {
+	if s.s == nil && s.m == nil {
 		h = s.whole.GetHead()
 	} else {
-		if !s.s.Receive() {
-			err := s.s.Err()
-			if err == nil {
-				err = fmt.Errorf("%w: stream ended before the head", ErrProtocol)
-			}
+		msg, err := s.receive()
+		if err == nil && msg == nil {
+			err = fmt.Errorf("%w: stream ended before the head", ErrProtocol)
+		}
+		if err != nil {
 			s.count(err)
 			return Head{}, err
 		}
-		msg := s.s.Msg()
 		h = msg.GetHead()
 		if wh := msg.GetWhole(); wh != nil {
 			h = wh.GetHead()
@@ -341,8 +371,16 @@ func (s *Stream) Next() (data []byte, flush bool, err error) {
 		s.pending = nil
 		return nil, false, s.end(t)
 	}
-	for s.s.Receive() {
-		switch f := s.s.Msg().GetFrame().(type) {
+	for {
+		msg, err := s.receive()
+		if err != nil {
+			s.count(err)
+			return nil, false, err
+		}
+		if msg == nil {
+			break
+		}
+		switch f := msg.GetFrame().(type) {
 		case *forwardv1.ForwardResponse_Chunk:
 			if d := f.Chunk.GetData(); len(d) > 0 || f.Chunk.GetFlush() {
 				return d, f.Chunk.GetFlush(), nil
@@ -355,12 +393,29 @@ func (s *Stream) Next() (data []byte, flush bool, err error) {
 			return nil, false, err
 		}
 	}
-	err = s.s.Err()
-	if err == nil {
-		err = fmt.Errorf("%w: stream ended without a trailer", ErrProtocol)
-	}
+	err = fmt.Errorf("%w: stream ended without a trailer", ErrProtocol)
 	s.count(err)
 	return nil, false, err
+}
+
+// receive returns the next response frame, nil at a clean end of the
+// stream (never on a multiplexed call: its last frame ends it), or the
+// call's error.
+func (s *Stream) receive() (*forwardv1.ForwardResponse, error) {
+	if s.m != nil {
+		msg, err := s.m.recv(s.ctx)
+		if err != nil {
+			return nil, err
+		}
+		if e := msg.GetError(); e != nil {
+			return nil, muxError(e)
+		}
+		return msg.GetResponse(), nil
+	}
+	if s.s.Receive() {
+		return s.s.Msg(), nil
+	}
+	return nil, s.s.Err()
 }
 
 // end records the trailer and, on a stream, reads Connect's end of
@@ -368,6 +423,9 @@ func (s *Stream) Next() (data []byte, flush bool, err error) {
 // may follow the trailer. It returns io.EOF on success.
 func (s *Stream) end(t *forwardv1.Trailer) error {
 	s.ended = true
+	if s.m != nil {
+		s.m.finish()
+	}
 	if s.s != nil {
 		if s.s.Receive() {
 			err := fmt.Errorf("%w: frame after the trailer", ErrProtocol)
@@ -395,6 +453,10 @@ func (s *Stream) Close() error {
 		s.counted = true
 		s.met.calls.WithLabelValues("abandoned").Inc()
 	}
+	if s.m != nil {
+		s.m.finish()
+		return nil
+	}
 	if s.s == nil {
 		return nil
 	}
@@ -416,17 +478,29 @@ func (s *Stream) count(err error) {
 type clientMetrics struct {
 	calls *prometheus.CounterVec
 	ok    prometheus.Counter // calls{result="ok"}, resolved once
+	// muxOpens counts Multiplex stream opens by result.
+	muxOpens *prometheus.CounterVec
+	// muxCalls counts requests sent over a Multiplex stream.
+	muxCalls prometheus.Counter
 }
 
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	m := &clientMetrics{calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "infermesh", Subsystem: "forward", Name: "client_calls_total",
 		Help: "Forward calls made to peers, by result (ok, refused, draining, unavailable, error, abandoned).",
-	}, []string{"result"})}
+	}, []string{"result"}), muxOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "infermesh", Subsystem: "forward", Name: "client_mux_opens_total",
+		Help: "Multiplex streams opened to peers, by result (ok, error, unsupported).",
+	}, []string{"result"}), muxCalls: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "infermesh", Subsystem: "forward", Name: "client_mux_calls_total",
+		Help: "Forward calls sent over a peer's Multiplex stream (also counted in client_calls_total).",
+	})}
 	m.ok = m.calls.WithLabelValues("ok")
 	if reg != nil {
-		if err := reg.Register(m.calls); err != nil {
-			return nil, fmt.Errorf("forward: metrics: %w", err)
+		for _, c := range []prometheus.Collector{m.calls, m.muxOpens, m.muxCalls} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("forward: metrics: %w", err)
+			}
 		}
 	}
 	return m, nil

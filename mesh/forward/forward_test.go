@@ -525,7 +525,8 @@ func TestForwardUnary(t *testing.T) {
 	})
 	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret, ChunkSize: 16, MaxUnaryBytes: 20000}, h)
 	srv, addr := p.srv, p.addr
-	c := newClient(t, secret)
+	// The per-call path: ForwardUnary (mux_test.go covers the stream's).
+	c := newClientConfig(t, forward.ClientConfig{NodeID: "origin", ClusterSecret: secret, MuxMaxBody: -1})
 
 	s, err := c.Forward(context.Background(), addr, &forward.Request{Method: "GET", Path: "/small", Unary: true})
 	if err != nil {

@@ -184,7 +184,7 @@ type service struct {
 
 // Forward serves one ForwardService.Forward call.
 func (sv *service) Forward(ctx context.Context, req *connect.Request[forwardv1.ForwardRequest], stream *connect.ServerStream[forwardv1.ForwardResponse]) error {
-	return sv.s.replay(ctx, req.Msg, newStreamWriter(stream.Send, flushGateFrom(ctx), sv.s.cfg.ChunkSize))
+	return sv.s.replay(ctx, req.Msg, newStreamWriter(stream.Send, flushGateFrom(ctx).flushNow, sv.s.cfg.ChunkSize))
 }
 
 // ForwardUnary serves one ForwardService.ForwardUnary call: the same replay
@@ -210,9 +210,7 @@ func (s *Server) replay(ctx context.Context, msg *forwardv1.ForwardRequest, w *s
 	start := time.Now()
 	if !s.enter() {
 		s.met.calls.WithLabelValues("draining").Inc()
-		err := connect.NewError(connect.CodeUnavailable, errors.New("node is draining"))
-		err.Meta().Set(RefusalHeader, "draining")
-		return err
+		return drainingError()
 	}
 	defer s.exit()
 	if hops := msg.GetHopCount(); hops > MaxHops {
@@ -286,17 +284,23 @@ type serverMetrics struct {
 	ok       prometheus.Counter // calls{result="ok"}, resolved once
 	inFlight prometheus.Gauge
 	duration prometheus.Histogram
+	// muxStreams counts open Multiplex streams.
+	muxStreams prometheus.Gauge
 }
 
 func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	m := &serverMetrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "infermesh", Subsystem: "forward", Name: "server_calls_total",
-			Help: "Forwarded requests received, by result (ok, error, draining, hop_limit, bad_request).",
+			Help: "Forwarded requests received, by result (ok, error, draining, hop_limit, bad_request; replay and bad_mac for refused multiplex frames).",
 		}, []string{"result"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "infermesh", Subsystem: "forward", Name: "server_in_flight",
 			Help: "Forwarded requests being served.",
+		}),
+		muxStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "infermesh", Subsystem: "forward", Name: "server_mux_streams",
+			Help: "Multiplex streams open from peers (each carries many forwarded requests).",
 		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "infermesh", Subsystem: "forward", Name: "server_duration_seconds",
@@ -306,7 +310,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	}
 	m.ok = m.calls.WithLabelValues("ok")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.calls, m.inFlight, m.duration} {
+		for _, c := range []prometheus.Collector{m.calls, m.inFlight, m.duration, m.muxStreams} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("forward: metrics: %w", err)
 			}

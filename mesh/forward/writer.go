@@ -24,6 +24,10 @@ type flushGate struct {
 
 type gateKey struct{}
 
+// tlsPeerKey marks the context of a Multiplex call that arrived over mutual
+// TLS: its frames need no MACs.
+type tlsPeerKey struct{}
+
 // gateFlushes puts a flushGate in front of h.
 func gateFlushes(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +43,11 @@ func gateFlushes(h http.Handler) http.Handler {
 			return
 		}
 		g := &flushGate{ResponseWriter: w}
-		h.ServeHTTP(g, r.WithContext(context.WithValue(r.Context(), gateKey{}, g)))
+		ctx := context.WithValue(r.Context(), gateKey{}, g)
+		if r.URL.Path == forwardv1connect.ForwardServiceMultiplexProcedure && channelAuthenticated(r.TLS) {
+			ctx = context.WithValue(ctx, tlsPeerKey{}, true)
+		}
+		h.ServeHTTP(g, r.WithContext(ctx))
 	})
 }
 
@@ -66,7 +74,7 @@ func (g *flushGate) flushNow() error {
 // turns the handler's output into head, chunk and trailer messages.
 type streamWriter struct {
 	send  func(*forwardv1.ForwardResponse) error
-	gate  *flushGate
+	flush func() error // pushes what was sent to the wire
 	chunk int
 
 	mu        sync.Mutex
@@ -79,11 +87,12 @@ type streamWriter struct {
 	err       error // first send error; later writes fail with it
 	usage     Usage
 	done      bool
-	unary     int // > 0: collect the whole body (at most this many bytes) for one Whole message
+	unary     int  // > 0: collect the whole body (at most this many bytes) for one Whole message
+	noFlush   bool // ignore the handler's flushes (a multiplexed unary call)
 }
 
-func newStreamWriter(send func(*forwardv1.ForwardResponse) error, gate *flushGate, chunk int) *streamWriter {
-	return &streamWriter{send: send, gate: gate, chunk: chunk, header: http.Header{}}
+func newStreamWriter(send func(*forwardv1.ForwardResponse) error, flush func() error, chunk int) *streamWriter {
+	return &streamWriter{send: send, flush: flush, chunk: chunk, header: http.Header{}}
 }
 
 // newUnaryWriter returns a writer that sends nothing until the handler
@@ -104,6 +113,13 @@ func errUnaryTooLarge() *connect.Error {
 
 // refusalTooLarge is the RefusalHeader value of errUnaryTooLarge.
 const refusalTooLarge = "unary-too-large"
+
+// sent reports whether any frame of the response was sent.
+func (w *streamWriter) sent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.headSent
+}
 
 // Header returns the response headers the handler sets.
 func (w *streamWriter) Header() http.Header { return w.header }
@@ -175,7 +191,7 @@ func (w *streamWriter) FlushError() error {
 		return nil
 	}
 	w.writeHeaderLocked(http.StatusOK)
-	if w.unary > 0 {
+	if w.unary > 0 || w.noFlush {
 		return w.err
 	}
 	return w.sendLocked(true)
@@ -222,7 +238,7 @@ func (w *streamWriter) sendLocked(flush bool) error {
 		}
 	}
 	if flush {
-		if err := w.gate.flushNow(); err != nil {
+		if err := w.flush(); err != nil {
 			w.err = err
 			return err
 		}

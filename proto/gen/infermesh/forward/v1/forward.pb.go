@@ -937,6 +937,602 @@ func (*RelayResponse_Head) isRelayResponse_Frame() {}
 
 func (*RelayResponse_Data) isRelayResponse_Frame() {}
 
+// MultiplexRequest is one frame from the calling node on a Multiplex
+// stream.
+type MultiplexRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Frame is an Open (first, exactly once), a Call or a Cancel.
+	//
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*MultiplexRequest_Open
+	//	*MultiplexRequest_Call
+	//	*MultiplexRequest_Cancel
+	//	*MultiplexRequest_Batch
+	Frame         isMultiplexRequest_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexRequest) Reset() {
+	*x = MultiplexRequest{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexRequest) ProtoMessage() {}
+
+func (x *MultiplexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexRequest.ProtoReflect.Descriptor instead.
+func (*MultiplexRequest) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MultiplexRequest) GetFrame() isMultiplexRequest_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *MultiplexRequest) GetOpen() *MultiplexOpen {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *MultiplexRequest) GetCall() *MultiplexCall {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexRequest_Call); ok {
+			return x.Call
+		}
+	}
+	return nil
+}
+
+func (x *MultiplexRequest) GetCancel() *MultiplexCancel {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *MultiplexRequest) GetBatch() *MultiplexBatch {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexRequest_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
+type isMultiplexRequest_Frame interface {
+	isMultiplexRequest_Frame()
+}
+
+type MultiplexRequest_Open struct {
+	// Opens the stream; always the first frame.
+	Open *MultiplexOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type MultiplexRequest_Call struct {
+	// Starts one forwarded request.
+	Call *MultiplexCall `protobuf:"bytes,2,opt,name=call,proto3,oneof"`
+}
+
+type MultiplexRequest_Cancel struct {
+	// Abandons a call: the client went away or the caller gave up.
+	Cancel *MultiplexCancel `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
+}
+
+type MultiplexRequest_Batch struct {
+	// Several calls and cancels at once, in order: what the caller had
+	// queued while its previous frame was being written.
+	Batch *MultiplexBatch `protobuf:"bytes,4,opt,name=batch,proto3,oneof"`
+}
+
+func (*MultiplexRequest_Open) isMultiplexRequest_Frame() {}
+
+func (*MultiplexRequest_Call) isMultiplexRequest_Frame() {}
+
+func (*MultiplexRequest_Cancel) isMultiplexRequest_Frame() {}
+
+func (*MultiplexRequest_Batch) isMultiplexRequest_Frame() {}
+
+// MultiplexBatch is several caller frames in one message.
+type MultiplexBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Calls and cancels (never an open or another batch), in order.
+	Frames        []*MultiplexRequest `protobuf:"bytes,1,rep,name=frames,proto3" json:"frames,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexBatch) Reset() {
+	*x = MultiplexBatch{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexBatch) ProtoMessage() {}
+
+func (x *MultiplexBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexBatch.ProtoReflect.Descriptor instead.
+func (*MultiplexBatch) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MultiplexBatch) GetFrames() []*MultiplexRequest {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
+
+// MultiplexOpen opens a Multiplex stream.
+type MultiplexOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's ephemeral X25519 public key. The open is signed, so the
+	// key is the caller's; the frame key is derived from it and the peer's.
+	PublicKey     []byte `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexOpen) Reset() {
+	*x = MultiplexOpen{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexOpen) ProtoMessage() {}
+
+func (x *MultiplexOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexOpen.ProtoReflect.Descriptor instead.
+func (*MultiplexOpen) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MultiplexOpen) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+// MultiplexCall is one forwarded request on a Multiplex stream.
+type MultiplexCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Call id: greater than every id sent before on this stream. Response
+	// frames carry it. A repeated or smaller id is refused (replay).
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The request: a ForwardRequest's encoding, carried as bytes so that
+	// the MAC covers exactly what the peer decodes.
+	Request []byte `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// Time the caller still waits for the answer, in milliseconds; 0 means
+	// no deadline.
+	TimeoutMs int64 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// HMAC-SHA256 (first 16 bytes) of the id and the request under the
+	// stream's frame key; empty when the peer said no MACs are needed
+	// (mutual TLS authenticates the channel).
+	Mac []byte `protobuf:"bytes,4,opt,name=mac,proto3" json:"mac,omitempty"`
+	// Set when the response comes in one piece (no server-sent events): the
+	// handler's flushes are ignored, as ForwardUnary ignores them. A large
+	// response still travels in chunks.
+	Unary         bool `protobuf:"varint,5,opt,name=unary,proto3" json:"unary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexCall) Reset() {
+	*x = MultiplexCall{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexCall) ProtoMessage() {}
+
+func (x *MultiplexCall) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexCall.ProtoReflect.Descriptor instead.
+func (*MultiplexCall) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MultiplexCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MultiplexCall) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *MultiplexCall) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *MultiplexCall) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
+func (x *MultiplexCall) GetUnary() bool {
+	if x != nil {
+		return x.Unary
+	}
+	return false
+}
+
+// MultiplexCancel abandons a call.
+type MultiplexCancel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// MAC of the id, as for MultiplexCall.
+	Mac           []byte `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexCancel) Reset() {
+	*x = MultiplexCancel{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexCancel) ProtoMessage() {}
+
+func (x *MultiplexCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexCancel.ProtoReflect.Descriptor instead.
+func (*MultiplexCancel) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *MultiplexCancel) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MultiplexCancel) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
+// MultiplexResponse is one frame from the serving node on a Multiplex
+// stream.
+type MultiplexResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call the frame belongs to; 0 for Ready.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Frame is a Ready (first, exactly once), a response frame or an error.
+	//
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*MultiplexResponse_Ready
+	//	*MultiplexResponse_Response
+	//	*MultiplexResponse_Error
+	Frame         isMultiplexResponse_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexResponse) Reset() {
+	*x = MultiplexResponse{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexResponse) ProtoMessage() {}
+
+func (x *MultiplexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexResponse.ProtoReflect.Descriptor instead.
+func (*MultiplexResponse) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *MultiplexResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MultiplexResponse) GetFrame() isMultiplexResponse_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *MultiplexResponse) GetReady() *MultiplexReady {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexResponse_Ready); ok {
+			return x.Ready
+		}
+	}
+	return nil
+}
+
+func (x *MultiplexResponse) GetResponse() *ForwardResponse {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexResponse_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *MultiplexResponse) GetError() *MultiplexError {
+	if x != nil {
+		if x, ok := x.Frame.(*MultiplexResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isMultiplexResponse_Frame interface {
+	isMultiplexResponse_Frame()
+}
+
+type MultiplexResponse_Ready struct {
+	// Accepts the stream; always the first frame.
+	Ready *MultiplexReady `protobuf:"bytes,2,opt,name=ready,proto3,oneof"`
+}
+
+type MultiplexResponse_Response struct {
+	// One frame of the call's response, as Forward sends them.
+	Response *ForwardResponse `protobuf:"bytes,3,opt,name=response,proto3,oneof"`
+}
+
+type MultiplexResponse_Error struct {
+	// The call failed before its response began; no other frame of the
+	// call follows.
+	Error *MultiplexError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*MultiplexResponse_Ready) isMultiplexResponse_Frame() {}
+
+func (*MultiplexResponse_Response) isMultiplexResponse_Frame() {}
+
+func (*MultiplexResponse_Error) isMultiplexResponse_Frame() {}
+
+// MultiplexReady accepts a Multiplex stream.
+type MultiplexReady struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The peer's ephemeral X25519 public key.
+	PublicKey []byte `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// Set when the peer requires a MAC on every caller frame (the channel is
+	// not mutual TLS).
+	FrameMacs     bool `protobuf:"varint,2,opt,name=frame_macs,json=frameMacs,proto3" json:"frame_macs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexReady) Reset() {
+	*x = MultiplexReady{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexReady) ProtoMessage() {}
+
+func (x *MultiplexReady) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexReady.ProtoReflect.Descriptor instead.
+func (*MultiplexReady) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MultiplexReady) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *MultiplexReady) GetFrameMacs() bool {
+	if x != nil {
+		return x.FrameMacs
+	}
+	return false
+}
+
+// MultiplexError is a call refused or failed before its response began.
+type MultiplexError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Connect error code name, e.g. "unavailable".
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Error message.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Why the peer refused, when it did (the Infermesh-Refusal value, e.g.
+	// "draining").
+	Refusal       string `protobuf:"bytes,3,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiplexError) Reset() {
+	*x = MultiplexError{}
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiplexError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiplexError) ProtoMessage() {}
+
+func (x *MultiplexError) ProtoReflect() protoreflect.Message {
+	mi := &file_infermesh_forward_v1_forward_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiplexError.ProtoReflect.Descriptor instead.
+func (*MultiplexError) Descriptor() ([]byte, []int) {
+	return file_infermesh_forward_v1_forward_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *MultiplexError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *MultiplexError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *MultiplexError) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
 var File_infermesh_forward_v1_forward_proto protoreflect.FileDescriptor
 
 const file_infermesh_forward_v1_forward_proto_rawDesc = "" +
@@ -996,11 +1592,48 @@ const file_infermesh_forward_v1_forward_proto_rawDesc = "" +
 	"\rRelayResponse\x120\n" +
 	"\x04head\x18\x01 \x01(\v2\x1a.infermesh.forward.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
-	"\x05frame2\x93\x02\n" +
+	"\x05frame\"\x90\x02\n" +
+	"\x10MultiplexRequest\x129\n" +
+	"\x04open\x18\x01 \x01(\v2#.infermesh.forward.v1.MultiplexOpenH\x00R\x04open\x129\n" +
+	"\x04call\x18\x02 \x01(\v2#.infermesh.forward.v1.MultiplexCallH\x00R\x04call\x12?\n" +
+	"\x06cancel\x18\x03 \x01(\v2%.infermesh.forward.v1.MultiplexCancelH\x00R\x06cancel\x12<\n" +
+	"\x05batch\x18\x04 \x01(\v2$.infermesh.forward.v1.MultiplexBatchH\x00R\x05batchB\a\n" +
+	"\x05frame\"P\n" +
+	"\x0eMultiplexBatch\x12>\n" +
+	"\x06frames\x18\x01 \x03(\v2&.infermesh.forward.v1.MultiplexRequestR\x06frames\".\n" +
+	"\rMultiplexOpen\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\"\x80\x01\n" +
+	"\rMultiplexCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\arequest\x18\x02 \x01(\fR\arequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12\x10\n" +
+	"\x03mac\x18\x04 \x01(\fR\x03mac\x12\x14\n" +
+	"\x05unary\x18\x05 \x01(\bR\x05unary\"3\n" +
+	"\x0fMultiplexCancel\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\fR\x03mac\"\xed\x01\n" +
+	"\x11MultiplexResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12<\n" +
+	"\x05ready\x18\x02 \x01(\v2$.infermesh.forward.v1.MultiplexReadyH\x00R\x05ready\x12C\n" +
+	"\bresponse\x18\x03 \x01(\v2%.infermesh.forward.v1.ForwardResponseH\x00R\bresponse\x12<\n" +
+	"\x05error\x18\x04 \x01(\v2$.infermesh.forward.v1.MultiplexErrorH\x00R\x05errorB\a\n" +
+	"\x05frame\"N\n" +
+	"\x0eMultiplexReady\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x1d\n" +
+	"\n" +
+	"frame_macs\x18\x02 \x01(\bR\tframeMacs\"X\n" +
+	"\x0eMultiplexError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x18\n" +
+	"\arefusal\x18\x03 \x01(\tR\arefusal2\xf5\x02\n" +
 	"\x0eForwardService\x12X\n" +
 	"\aForward\x12$.infermesh.forward.v1.ForwardRequest\x1a%.infermesh.forward.v1.ForwardResponse0\x01\x12Q\n" +
 	"\fForwardUnary\x12$.infermesh.forward.v1.ForwardRequest\x1a\x1b.infermesh.forward.v1.Whole\x12T\n" +
-	"\x05Relay\x12\".infermesh.forward.v1.RelayRequest\x1a#.infermesh.forward.v1.RelayResponse(\x010\x01B\xe3\x01\n" +
+	"\x05Relay\x12\".infermesh.forward.v1.RelayRequest\x1a#.infermesh.forward.v1.RelayResponse(\x010\x01\x12`\n" +
+	"\tMultiplex\x12&.infermesh.forward.v1.MultiplexRequest\x1a'.infermesh.forward.v1.MultiplexResponse(\x010\x01B\xe3\x01\n" +
 	"\x18com.infermesh.forward.v1B\fForwardProtoP\x01ZGgithub.com/infermesh/infermesh/proto/gen/infermesh/forward/v1;forwardv1\xa2\x02\x03IFX\xaa\x02\x14Infermesh.Forward.V1\xca\x02\x14Infermesh\\Forward\\V1\xe2\x02 Infermesh\\Forward\\V1\\GPBMetadata\xea\x02\x16Infermesh::Forward::V1b\x06proto3"
 
 var (
@@ -1015,20 +1648,28 @@ func file_infermesh_forward_v1_forward_proto_rawDescGZIP() []byte {
 	return file_infermesh_forward_v1_forward_proto_rawDescData
 }
 
-var file_infermesh_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_infermesh_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_infermesh_forward_v1_forward_proto_goTypes = []any{
-	(*Header)(nil),          // 0: infermesh.forward.v1.Header
-	(*Caller)(nil),          // 1: infermesh.forward.v1.Caller
-	(*ForwardRequest)(nil),  // 2: infermesh.forward.v1.ForwardRequest
-	(*ForwardResponse)(nil), // 3: infermesh.forward.v1.ForwardResponse
-	(*Whole)(nil),           // 4: infermesh.forward.v1.Whole
-	(*Head)(nil),            // 5: infermesh.forward.v1.Head
-	(*Chunk)(nil),           // 6: infermesh.forward.v1.Chunk
-	(*Trailer)(nil),         // 7: infermesh.forward.v1.Trailer
-	(*Usage)(nil),           // 8: infermesh.forward.v1.Usage
-	(*RelayRequest)(nil),    // 9: infermesh.forward.v1.RelayRequest
-	(*RelayOpen)(nil),       // 10: infermesh.forward.v1.RelayOpen
-	(*RelayResponse)(nil),   // 11: infermesh.forward.v1.RelayResponse
+	(*Header)(nil),            // 0: infermesh.forward.v1.Header
+	(*Caller)(nil),            // 1: infermesh.forward.v1.Caller
+	(*ForwardRequest)(nil),    // 2: infermesh.forward.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 3: infermesh.forward.v1.ForwardResponse
+	(*Whole)(nil),             // 4: infermesh.forward.v1.Whole
+	(*Head)(nil),              // 5: infermesh.forward.v1.Head
+	(*Chunk)(nil),             // 6: infermesh.forward.v1.Chunk
+	(*Trailer)(nil),           // 7: infermesh.forward.v1.Trailer
+	(*Usage)(nil),             // 8: infermesh.forward.v1.Usage
+	(*RelayRequest)(nil),      // 9: infermesh.forward.v1.RelayRequest
+	(*RelayOpen)(nil),         // 10: infermesh.forward.v1.RelayOpen
+	(*RelayResponse)(nil),     // 11: infermesh.forward.v1.RelayResponse
+	(*MultiplexRequest)(nil),  // 12: infermesh.forward.v1.MultiplexRequest
+	(*MultiplexBatch)(nil),    // 13: infermesh.forward.v1.MultiplexBatch
+	(*MultiplexOpen)(nil),     // 14: infermesh.forward.v1.MultiplexOpen
+	(*MultiplexCall)(nil),     // 15: infermesh.forward.v1.MultiplexCall
+	(*MultiplexCancel)(nil),   // 16: infermesh.forward.v1.MultiplexCancel
+	(*MultiplexResponse)(nil), // 17: infermesh.forward.v1.MultiplexResponse
+	(*MultiplexReady)(nil),    // 18: infermesh.forward.v1.MultiplexReady
+	(*MultiplexError)(nil),    // 19: infermesh.forward.v1.MultiplexError
 }
 var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	0,  // 0: infermesh.forward.v1.ForwardRequest.headers:type_name -> infermesh.forward.v1.Header
@@ -1044,17 +1685,27 @@ var file_infermesh_forward_v1_forward_proto_depIdxs = []int32{
 	10, // 10: infermesh.forward.v1.RelayRequest.open:type_name -> infermesh.forward.v1.RelayOpen
 	2,  // 11: infermesh.forward.v1.RelayOpen.request:type_name -> infermesh.forward.v1.ForwardRequest
 	5,  // 12: infermesh.forward.v1.RelayResponse.head:type_name -> infermesh.forward.v1.Head
-	2,  // 13: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
-	2,  // 14: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
-	9,  // 15: infermesh.forward.v1.ForwardService.Relay:input_type -> infermesh.forward.v1.RelayRequest
-	3,  // 16: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
-	4,  // 17: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
-	11, // 18: infermesh.forward.v1.ForwardService.Relay:output_type -> infermesh.forward.v1.RelayResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 13: infermesh.forward.v1.MultiplexRequest.open:type_name -> infermesh.forward.v1.MultiplexOpen
+	15, // 14: infermesh.forward.v1.MultiplexRequest.call:type_name -> infermesh.forward.v1.MultiplexCall
+	16, // 15: infermesh.forward.v1.MultiplexRequest.cancel:type_name -> infermesh.forward.v1.MultiplexCancel
+	13, // 16: infermesh.forward.v1.MultiplexRequest.batch:type_name -> infermesh.forward.v1.MultiplexBatch
+	12, // 17: infermesh.forward.v1.MultiplexBatch.frames:type_name -> infermesh.forward.v1.MultiplexRequest
+	18, // 18: infermesh.forward.v1.MultiplexResponse.ready:type_name -> infermesh.forward.v1.MultiplexReady
+	3,  // 19: infermesh.forward.v1.MultiplexResponse.response:type_name -> infermesh.forward.v1.ForwardResponse
+	19, // 20: infermesh.forward.v1.MultiplexResponse.error:type_name -> infermesh.forward.v1.MultiplexError
+	2,  // 21: infermesh.forward.v1.ForwardService.Forward:input_type -> infermesh.forward.v1.ForwardRequest
+	2,  // 22: infermesh.forward.v1.ForwardService.ForwardUnary:input_type -> infermesh.forward.v1.ForwardRequest
+	9,  // 23: infermesh.forward.v1.ForwardService.Relay:input_type -> infermesh.forward.v1.RelayRequest
+	12, // 24: infermesh.forward.v1.ForwardService.Multiplex:input_type -> infermesh.forward.v1.MultiplexRequest
+	3,  // 25: infermesh.forward.v1.ForwardService.Forward:output_type -> infermesh.forward.v1.ForwardResponse
+	4,  // 26: infermesh.forward.v1.ForwardService.ForwardUnary:output_type -> infermesh.forward.v1.Whole
+	11, // 27: infermesh.forward.v1.ForwardService.Relay:output_type -> infermesh.forward.v1.RelayResponse
+	17, // 28: infermesh.forward.v1.ForwardService.Multiplex:output_type -> infermesh.forward.v1.MultiplexResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_infermesh_forward_v1_forward_proto_init() }
@@ -1076,13 +1727,24 @@ func file_infermesh_forward_v1_forward_proto_init() {
 		(*RelayResponse_Head)(nil),
 		(*RelayResponse_Data)(nil),
 	}
+	file_infermesh_forward_v1_forward_proto_msgTypes[12].OneofWrappers = []any{
+		(*MultiplexRequest_Open)(nil),
+		(*MultiplexRequest_Call)(nil),
+		(*MultiplexRequest_Cancel)(nil),
+		(*MultiplexRequest_Batch)(nil),
+	}
+	file_infermesh_forward_v1_forward_proto_msgTypes[17].OneofWrappers = []any{
+		(*MultiplexResponse_Ready)(nil),
+		(*MultiplexResponse_Response)(nil),
+		(*MultiplexResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infermesh_forward_v1_forward_proto_rawDesc), len(file_infermesh_forward_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

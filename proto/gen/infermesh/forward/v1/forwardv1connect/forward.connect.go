@@ -43,6 +43,9 @@ const (
 	ForwardServiceForwardUnaryProcedure = "/infermesh.forward.v1.ForwardService/ForwardUnary"
 	// ForwardServiceRelayProcedure is the fully-qualified name of the ForwardService's Relay RPC.
 	ForwardServiceRelayProcedure = "/infermesh.forward.v1.ForwardService/Relay"
+	// ForwardServiceMultiplexProcedure is the fully-qualified name of the ForwardService's Multiplex
+	// RPC.
+	ForwardServiceMultiplexProcedure = "/infermesh.forward.v1.ForwardService/Multiplex"
 )
 
 // ForwardServiceClient is a client for the infermesh.forward.v1.ForwardService service.
@@ -73,6 +76,20 @@ type ForwardServiceClient interface {
 	// It needs HTTP/2 between the nodes. A draining node refuses new calls
 	// with UNAVAILABLE.
 	Relay(context.Context) *connect.BidiStreamForClient[v1.RelayRequest, v1.RelayResponse]
+	// Multiplex carries many forwarded requests at once over one long-lived
+	// stream per pair of nodes, instead of one call per request. The caller
+	// sends one MultiplexOpen first (the call is authenticated on it, as
+	// Relay is); the peer answers one MultiplexReady. Then the caller sends a
+	// MultiplexCall per request, each with a new, strictly increasing id, and
+	// MultiplexCancel when the client gives up; the peer answers each call
+	// with the frames Forward would send (Head, Chunks, Trailer, or one
+	// Whole), each tagged with the call's id, or with one MultiplexError
+	// before any of them. Frames of different calls interleave. Without
+	// mutual TLS every caller frame carries a MAC under a key the two ends
+	// agree on at open (see mesh/DESIGN.md). It needs HTTP/2 between the
+	// nodes. A draining node refuses new opens and new calls with
+	// UNAVAILABLE.
+	Multiplex(context.Context) *connect.BidiStreamForClient[v1.MultiplexRequest, v1.MultiplexResponse]
 }
 
 // NewForwardServiceClient constructs a client for the infermesh.forward.v1.ForwardService service.
@@ -104,6 +121,12 @@ func NewForwardServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(forwardServiceMethods.ByName("Relay")),
 			connect.WithClientOptions(opts...),
 		),
+		multiplex: connect.NewClient[v1.MultiplexRequest, v1.MultiplexResponse](
+			httpClient,
+			baseURL+ForwardServiceMultiplexProcedure,
+			connect.WithSchema(forwardServiceMethods.ByName("Multiplex")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -112,6 +135,7 @@ type forwardServiceClient struct {
 	forward      *connect.Client[v1.ForwardRequest, v1.ForwardResponse]
 	forwardUnary *connect.Client[v1.ForwardRequest, v1.Whole]
 	relay        *connect.Client[v1.RelayRequest, v1.RelayResponse]
+	multiplex    *connect.Client[v1.MultiplexRequest, v1.MultiplexResponse]
 }
 
 // Forward calls infermesh.forward.v1.ForwardService.Forward.
@@ -127,6 +151,11 @@ func (c *forwardServiceClient) ForwardUnary(ctx context.Context, req *connect.Re
 // Relay calls infermesh.forward.v1.ForwardService.Relay.
 func (c *forwardServiceClient) Relay(ctx context.Context) *connect.BidiStreamForClient[v1.RelayRequest, v1.RelayResponse] {
 	return c.relay.CallBidiStream(ctx)
+}
+
+// Multiplex calls infermesh.forward.v1.ForwardService.Multiplex.
+func (c *forwardServiceClient) Multiplex(ctx context.Context) *connect.BidiStreamForClient[v1.MultiplexRequest, v1.MultiplexResponse] {
+	return c.multiplex.CallBidiStream(ctx)
 }
 
 // ForwardServiceHandler is an implementation of the infermesh.forward.v1.ForwardService service.
@@ -157,6 +186,20 @@ type ForwardServiceHandler interface {
 	// It needs HTTP/2 between the nodes. A draining node refuses new calls
 	// with UNAVAILABLE.
 	Relay(context.Context, *connect.BidiStream[v1.RelayRequest, v1.RelayResponse]) error
+	// Multiplex carries many forwarded requests at once over one long-lived
+	// stream per pair of nodes, instead of one call per request. The caller
+	// sends one MultiplexOpen first (the call is authenticated on it, as
+	// Relay is); the peer answers one MultiplexReady. Then the caller sends a
+	// MultiplexCall per request, each with a new, strictly increasing id, and
+	// MultiplexCancel when the client gives up; the peer answers each call
+	// with the frames Forward would send (Head, Chunks, Trailer, or one
+	// Whole), each tagged with the call's id, or with one MultiplexError
+	// before any of them. Frames of different calls interleave. Without
+	// mutual TLS every caller frame carries a MAC under a key the two ends
+	// agree on at open (see mesh/DESIGN.md). It needs HTTP/2 between the
+	// nodes. A draining node refuses new opens and new calls with
+	// UNAVAILABLE.
+	Multiplex(context.Context, *connect.BidiStream[v1.MultiplexRequest, v1.MultiplexResponse]) error
 }
 
 // NewForwardServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -184,6 +227,12 @@ func NewForwardServiceHandler(svc ForwardServiceHandler, opts ...connect.Handler
 		connect.WithSchema(forwardServiceMethods.ByName("Relay")),
 		connect.WithHandlerOptions(opts...),
 	)
+	forwardServiceMultiplexHandler := connect.NewBidiStreamHandler(
+		ForwardServiceMultiplexProcedure,
+		svc.Multiplex,
+		connect.WithSchema(forwardServiceMethods.ByName("Multiplex")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/infermesh.forward.v1.ForwardService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ForwardServiceForwardProcedure:
@@ -192,6 +241,8 @@ func NewForwardServiceHandler(svc ForwardServiceHandler, opts ...connect.Handler
 			forwardServiceForwardUnaryHandler.ServeHTTP(w, r)
 		case ForwardServiceRelayProcedure:
 			forwardServiceRelayHandler.ServeHTTP(w, r)
+		case ForwardServiceMultiplexProcedure:
+			forwardServiceMultiplexHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -211,4 +262,8 @@ func (UnimplementedForwardServiceHandler) ForwardUnary(context.Context, *connect
 
 func (UnimplementedForwardServiceHandler) Relay(context.Context, *connect.BidiStream[v1.RelayRequest, v1.RelayResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("infermesh.forward.v1.ForwardService.Relay is not implemented"))
+}
+
+func (UnimplementedForwardServiceHandler) Multiplex(context.Context, *connect.BidiStream[v1.MultiplexRequest, v1.MultiplexResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("infermesh.forward.v1.ForwardService.Multiplex is not implemented"))
 }
