@@ -75,7 +75,8 @@ type isnet struct {
 // sets S (default 1024) and "concurrency" the number of simultaneous runs
 // (default 1).
 func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemover, error) {
-	if err := r.checkLoad(spec, engine.TaskBackgroundRemoval); err != nil {
+	r, err := r.checkLoad(spec, engine.TaskBackgroundRemoval)
+	if err != nil {
 		return nil, err
 	}
 	size, err := IntOption(spec.Options, "input_size", isnetDefaultSize, 32, isnetMaxSize)

@@ -38,7 +38,7 @@ type Config struct {
 	MaxWaitMicros int
 	// ReleaseArena turns ONNX Runtime's CPU memory arena off for every
 	// session this runtime builds, unless a model's "memory_arena" option
-	// says otherwise (see SessionOptionsFor). With the arena a session
+	// says otherwise (see ForModel). With the arena a session
 	// keeps the largest activations it ever needed until the model is
 	// unloaded (the process holds about 2 GB after ISNet runs at
 	// 1024x1024); without it each run's buffers go back to the C allocator
@@ -53,11 +53,23 @@ type Config struct {
 // releases run memory after each run; empty follows Config.ReleaseArena.
 const ArenaOption = "memory_arena"
 
-// Runtime is a handle on ONNX Runtime for one node.
+// Runtime is a handle on ONNX Runtime for one node, or one model's view
+// of it (see ForModel).
 type Runtime struct {
-	cfg    Config
-	closed bool
+	cfg Config
+	// arena reports whether the sessions this handle builds keep ONNX
+	// Runtime's CPU memory arena.
+	arena bool
+	// view marks a handle made by ForModel: Close does nothing on it.
+	view bool
+	// hold is the node's hold on the environment, shared by its views.
+	hold *envHold
+}
+
+// envHold is one node's hold on the process's ONNX Runtime environment.
+type envHold struct {
 	mu     sync.Mutex
+	closed bool
 }
 
 // NewRuntime initialises (or joins) the process's ONNX Runtime environment.
@@ -77,7 +89,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("onnx: runtime already loaded from %s, cannot also load %s", envLib, cfg.LibraryPath)
 	}
 	envRefs++
-	return &Runtime{cfg: cfg}, nil
+	return &Runtime{cfg: cfg, arena: !cfg.ReleaseArena, hold: &envHold{}}, nil
 }
 
 // Version reports the loaded ONNX Runtime version.
@@ -102,41 +114,46 @@ func (r *Runtime) EmbedThreads() int {
 	return 1
 }
 
-// SessionOptions builds session options with the runtime's thread and
-// arena settings. The caller destroys them after creating its session.
+// ForModel returns the runtime as the sessions of one model see it: the
+// model's ArenaOption, when set, chooses the memory arena instead of the
+// handle's own setting (Config.ReleaseArena on the node's handle) ("on" keeps it, "off" releases run memory after each
+// run; any other value is an error). Every pipeline loader calls it first
+// and builds all of the model's sessions from the view's SessionOptions,
+// so the option reaches every session. A nil runtime is an error. The
+// view shares the node's hold on
+// the environment; closing it does nothing.
+func (r *Runtime) ForModel(spec engine.Spec) (*Runtime, error) {
+	if r == nil {
+		return nil, fmt.Errorf("onnx: %s: no runtime", spec.ID)
+	}
+	arena := r.arena
+	switch v := spec.Options[ArenaOption]; v {
+	case "":
+	case "on":
+		arena = true
+	case "off":
+		arena = false
+	default:
+		return nil, fmt.Errorf("onnx: %s: option %s=%q: want on or off", spec.ID, ArenaOption, v)
+	}
+	return &Runtime{cfg: r.cfg, arena: arena, view: true, hold: r.hold}, nil
+}
+
+// KeepsArena reports whether the sessions this handle builds keep ONNX
+// Runtime's CPU memory arena.
+func (r *Runtime) KeepsArena() bool { return r.arena }
+
+// SessionOptions builds session options with the handle's thread and
+// arena settings; a pipeline calls it on its model's view (ForModel). The
+// caller destroys them after creating its session.
 func (r *Runtime) SessionOptions() (*ort.SessionOptions, error) {
 	return r.sessionOptions(r.cfg.IntraOpThreads)
 }
 
-// SessionOptionsFor is SessionOptions for one model: its ArenaOption, when
-// set, chooses the memory arena instead of Config.ReleaseArena. An option
-// value other than "on" or "off" is an error.
-func (r *Runtime) SessionOptionsFor(spec engine.Spec) (*ort.SessionOptions, error) {
-	arena, err := r.arenaFor(spec)
-	if err != nil {
-		return nil, err
-	}
-	return r.threadArenaOptions(r.cfg.IntraOpThreads, arena)
-}
-
-// arenaFor reports whether a model's sessions keep the CPU memory arena.
-func (r *Runtime) arenaFor(spec engine.Spec) (bool, error) {
-	switch v := spec.Options[ArenaOption]; v {
-	case "":
-		return !r.cfg.ReleaseArena, nil
-	case "on":
-		return true, nil
-	case "off":
-		return false, nil
-	default:
-		return false, fmt.Errorf("option %s=%q: want on or off", ArenaOption, v)
-	}
-}
-
 // sessionOptions builds session options for runs of threads intra-op
-// threads (0: ONNX Runtime's pool) and the node's arena setting.
+// threads (0: ONNX Runtime's pool) and the handle's arena setting.
 func (r *Runtime) sessionOptions(threads int) (*ort.SessionOptions, error) {
-	return r.threadArenaOptions(threads, !r.cfg.ReleaseArena)
+	return r.threadArenaOptions(threads, r.arena)
 }
 
 // threadArenaOptions builds session options for runs of threads intra-op
@@ -167,14 +184,19 @@ func (r *Runtime) threadArenaOptions(threads int, arena bool) (*ort.SessionOptio
 }
 
 // Close releases this node's hold on the environment; the last one destroys it.
+// A model's view (ForModel) has no hold of its own: closing it does
+// nothing.
 func (r *Runtime) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if r.view {
 		return nil
 	}
-	r.closed = true
-	r.mu.Unlock()
+	r.hold.mu.Lock()
+	if r.hold.closed {
+		r.hold.mu.Unlock()
+		return nil
+	}
+	r.hold.closed = true
+	r.hold.mu.Unlock()
 	envMu.Lock()
 	defer envMu.Unlock()
 	envRefs--
@@ -185,16 +207,17 @@ func (r *Runtime) Close() error {
 }
 
 // checkLoad refuses to load a model on a closed runtime or for another task
-// (an empty spec task is accepted).
-func (r *Runtime) checkLoad(spec engine.Spec, task engine.Task) error {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
+// (an empty spec task is accepted), and returns the model's view of the
+// runtime (ForModel), from which the loader builds the model's sessions.
+func (r *Runtime) checkLoad(spec engine.Spec, task engine.Task) (*Runtime, error) {
+	r.hold.mu.Lock()
+	closed := r.hold.closed
+	r.hold.mu.Unlock()
 	if closed {
-		return fmt.Errorf("onnx: runtime is closed")
+		return nil, fmt.Errorf("onnx: runtime is closed")
 	}
 	if spec.Task != "" && spec.Task != task {
-		return fmt.Errorf("onnx: %s: task %q is not %q", spec.ID, spec.Task, task)
+		return nil, fmt.Errorf("onnx: %s: task %q is not %q", spec.ID, spec.Task, task)
 	}
-	return nil
+	return r.ForModel(spec)
 }
