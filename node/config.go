@@ -44,6 +44,12 @@ type Config struct {
 	// per pipeline (embeddings one thread per run, one run per core;
 	// others ONNX Runtime's pool), -1 ONNX Runtime's pool everywhere.
 	IntraOpThreads int
+	// MemoryArena is the node's default for ONNX Runtime's CPU memory
+	// arena: "on" keeps the largest activations a model's run ever needed
+	// until the model is unloaded, "off" gives run memory back after each
+	// run (slower runs; see the README's tuning section). A model's
+	// memory_arena option overrides it.
+	MemoryArena string
 	// BatchMax and BatchWait configure the embeddings dynamic batcher.
 	BatchMax int
 	// BatchWait is the longest the batcher waits to fill a batch (0..1s;
@@ -171,6 +177,7 @@ func Defaults() Config {
 		Dashboard:    true,
 		ORTLibrary:   filepath.Join(home, ".cache", "infermesh", "ort", "1.30.0", "libonnxruntime.so"),
 		BatchMax:     32,
+		MemoryArena:  "on",
 		BatchWait:    2 * time.Millisecond,
 		DrainTimeout: 30 * time.Second,
 		Version:      "dev",
@@ -231,6 +238,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IntraOpThreads < -1 || c.IntraOpThreads > 256 {
 		errs = append(errs, fmt.Errorf("intra-op threads %d: want -1 (ONNX Runtime's pool), 0 (auto) or 1..256", c.IntraOpThreads))
+	}
+	if c.MemoryArena != "on" && c.MemoryArena != "off" {
+		errs = append(errs, fmt.Errorf("memory arena %q: want on or off", c.MemoryArena))
 	}
 	if c.BatchMax < 1 || c.BatchMax > 1024 {
 		errs = append(errs, fmt.Errorf("batch max %d: want 1..1024", c.BatchMax))

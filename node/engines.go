@@ -67,6 +67,7 @@ func (e *engines) runtime() (*onnx.Runtime, error) {
 	rt, err := onnx.NewRuntime(onnx.Config{
 		LibraryPath:    e.cfg.ORTLibrary,
 		IntraOpThreads: e.cfg.IntraOpThreads,
+		ReleaseArena:   e.cfg.MemoryArena == "off",
 		MaxBatch:       e.cfg.BatchMax,
 		MaxWaitMicros:  int(e.cfg.BatchWait.Microseconds()),
 	})
