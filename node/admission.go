@@ -141,6 +141,7 @@ func (n *Node) Admit(r *http.Request, model string, body []byte) (func(api.Serve
 		worker := s.Backend
 		if worker == n.cfg.NodeID {
 			worker = "" // the reporting node itself
+			n.engines.served(model)
 		}
 		t.Done(limits.Usage{Status: s.Status, PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, Worker: worker})
 	}, nil
