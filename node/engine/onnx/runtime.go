@@ -40,11 +40,11 @@ type Config struct {
 	// session this runtime builds, unless a model's "memory_arena" option
 	// says otherwise (see ForModel). With the arena a session
 	// keeps the largest activations it ever needed until the model is
-	// unloaded (the process holds about 2 GB after ISNet runs at
-	// 1024x1024); without it each run's buffers go back to the C allocator
-	// when the run ends, and the large ones to the operating system (about
-	// 270-310 MB held), but every run maps and faults in its activations
-	// again; BenchmarkArena measures what that costs per run.
+	// unloaded (about 800 MB more after one ISNet-small run at 1024x1024);
+	// without it each run's buffers go back to the C allocator when the
+	// run ends, and the large ones to the operating system (about 180-250
+	// MB held), but every run maps and faults in its activations again
+	// (about 2x the time per ISNet run; BenchmarkArenaISNet).
 	ReleaseArena bool
 }
 
@@ -101,8 +101,8 @@ func (r *Runtime) Config() Config { return r.cfg }
 // EmbedThreads is the intra-op threads of one embeddings run: the
 // configured value, or 1 when it is 0 (auto). Embedding runs are small;
 // on this project's 2-core reference machine one single-threaded run per
-// core gives 1.6-2.6x the throughput of one run on ORT's pool at 16
-// callers (BenchmarkEmbeddingsBatcher, threads=1 vs threads=0).
+// core gives 1.6-3.0x the throughput of one run on ORT's pool at 16
+// callers with the batcher on (BenchmarkEmbeddingsThreadDefaults).
 // A negative setting asks for ONNX Runtime's own pool everywhere (0).
 func (r *Runtime) EmbedThreads() int {
 	switch {
