@@ -16,6 +16,7 @@ import (
 
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/imagecodec"
 )
 
@@ -45,10 +46,12 @@ type Config struct {
 	// others ONNX Runtime's pool), -1 ONNX Runtime's pool everywhere.
 	IntraOpThreads int
 	// MemoryArena is the node's default for ONNX Runtime's CPU memory
-	// arena: "on" keeps the largest activations a model's run ever needed
-	// until the model is unloaded, "off" gives run memory back after each
-	// run (slower runs; see the README's tuning section). A model's
-	// memory_arena option overrides it.
+	// arena (onnx.ParseArena): "on" keeps the largest activations a
+	// model's run ever needed until the model is unloaded, "off" gives run
+	// memory back after each run (slower runs), a duration keeps the arena
+	// and gives it back once a model has had no run for that long
+	// (background removal; the other pipelines keep it). A model's
+	// memory_arena option overrides it. See the README's "Model memory".
 	MemoryArena string
 	// BatchMax and BatchWait configure the embeddings dynamic batcher.
 	BatchMax int
@@ -177,7 +180,7 @@ func Defaults() Config {
 		Dashboard:    true,
 		ORTLibrary:   filepath.Join(home, ".cache", "infermesh", "ort", "1.30.0", "libonnxruntime.so"),
 		BatchMax:     32,
-		MemoryArena:  "on",
+		MemoryArena:  "5m",
 		BatchWait:    2 * time.Millisecond,
 		DrainTimeout: 30 * time.Second,
 		Version:      "dev",
@@ -239,8 +242,8 @@ func (c *Config) Validate() error {
 	if c.IntraOpThreads < -1 || c.IntraOpThreads > 256 {
 		errs = append(errs, fmt.Errorf("intra-op threads %d: want -1 (ONNX Runtime's pool), 0 (auto) or 1..256", c.IntraOpThreads))
 	}
-	if c.MemoryArena != "on" && c.MemoryArena != "off" {
-		errs = append(errs, fmt.Errorf("memory arena %q: want on or off", c.MemoryArena))
+	if _, err := onnx.ParseArena(c.MemoryArena); err != nil {
+		errs = append(errs, err)
 	}
 	if c.BatchMax < 1 || c.BatchMax > 1024 {
 		errs = append(errs, fmt.Errorf("batch max %d: want 1..1024", c.BatchMax))

@@ -66,10 +66,15 @@ func (e *engines) runtime() (*onnx.Runtime, error) {
 	if _, err := os.Stat(e.cfg.ORTLibrary); err != nil {
 		return nil, fmt.Errorf("ONNX Runtime library not found at %s (run `make assets` or set SERVICE_ORT_LIBRARY): %w", e.cfg.ORTLibrary, err)
 	}
+	arena, err := onnx.ParseArena(e.cfg.MemoryArena)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := onnx.NewRuntime(onnx.Config{
 		LibraryPath:    e.cfg.ORTLibrary,
 		IntraOpThreads: e.cfg.IntraOpThreads,
-		ReleaseArena:   e.cfg.MemoryArena == "off",
+		ReleaseArena:   arena.Release,
+		ArenaIdle:      arena.Idle,
 		MaxBatch:       e.cfg.BatchMax,
 		MaxWaitMicros:  int(e.cfg.BatchWait.Microseconds()),
 	})

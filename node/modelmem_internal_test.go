@@ -3,6 +3,7 @@ package node
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
 )
@@ -10,7 +11,10 @@ import (
 // --memory-arena reaches the node's ONNX Runtime handle, from which every
 // model's sessions take their default.
 func TestMemoryArenaReachesTheRuntime(t *testing.T) {
-	for arena, keeps := range map[string]bool{"on": true, "off": false} {
+	for arena, want := range map[string]struct {
+		keeps bool
+		idle  time.Duration
+	}{"on": {true, 0}, "off": {false, 0}, "5m": {true, 5 * time.Minute}} {
 		cfg := Defaults()
 		cfg.MemoryArena, cfg.ORTLibrary = arena, onnxtest.LibraryPath(t)
 		e := newEngines(cfg, slog.New(slog.DiscardHandler), nil)
@@ -18,8 +22,8 @@ func TestMemoryArenaReachesTheRuntime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rt.KeepsArena() != keeps {
-			t.Errorf("--memory-arena %s: runtime keeps arena %v", arena, rt.KeepsArena())
+		if rt.KeepsArena() != want.keeps || rt.ArenaIdle() != want.idle {
+			t.Errorf("--memory-arena %s: runtime keeps arena %v, idle %v", arena, rt.KeepsArena(), rt.ArenaIdle())
 		}
 		e.close()
 	}

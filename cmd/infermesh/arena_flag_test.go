@@ -2,10 +2,10 @@ package main
 
 import "testing"
 
-// TestMemoryArenaFlag: --memory-arena and SERVICE_MEMORY_ARENA take on
-// (default) and off; anything else stops start-up.
+// TestMemoryArenaFlag: --memory-arena and SERVICE_MEMORY_ARENA take on,
+// off or a positive duration (default 5m); anything else stops start-up.
 func TestMemoryArenaFlag(t *testing.T) {
-	for args, want := range map[string]string{"": "on", "on": "on", "off": "off"} {
+	for args, want := range map[string]string{"": "5m", "on": "on", "off": "off", "90s": "90s"} {
 		var a []string
 		if args != "" {
 			a = []string{"--memory-arena", args}
@@ -19,11 +19,13 @@ func TestMemoryArenaFlag(t *testing.T) {
 	if cfg, err := parseServe(t); err != nil || cfg.MemoryArena != "off" {
 		t.Errorf("SERVICE_MEMORY_ARENA=off: %q %v", cfg.MemoryArena, err)
 	}
-	cfg, err := parseServe(t, "--memory-arena", "shrink")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err == nil {
-		t.Error("--memory-arena shrink was accepted")
+	for _, bad := range []string{"shrink", "0s", "-5m"} {
+		cfg, err := parseServe(t, "--memory-arena", bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("--memory-arena %s was accepted", bad)
+		}
 	}
 }

@@ -6,6 +6,7 @@ package onnx
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/infermesh/infermesh/node/engine"
 
@@ -46,11 +47,46 @@ type Config struct {
 	// MB held), but every run maps and faults in its activations again
 	// (about 2x the time per ISNet run; BenchmarkArenaISNet).
 	ReleaseArena bool
+	// ArenaIdle, with the arena kept, is how long a model may go without
+	// a run before its pipeline gives the arena back by rebuilding its
+	// session (0: never). Background removal does so; the other pipelines
+	// keep the arena while loaded. A model's "memory_arena" option given
+	// as a duration overrides it.
+	ArenaIdle time.Duration
+}
+
+// ArenaSetting is a parsed memory arena setting (see ParseArena).
+type ArenaSetting struct {
+	// Release turns the CPU memory arena off.
+	Release bool
+	// Idle, with the arena on, is how long a model may go without runs
+	// before a pipeline that can gives the arena back (0: never).
+	Idle time.Duration
+}
+
+// ParseArena reads a memory arena setting: "on" keeps ONNX Runtime's CPU
+// arena while the model is loaded, "off" releases run memory after each
+// run, and a positive duration ("5m") keeps the arena but gives it back
+// once the model has had no run for that long.
+func ParseArena(s string) (ArenaSetting, error) {
+	switch s {
+	case "on":
+		return ArenaSetting{}, nil
+	case "off":
+		return ArenaSetting{Release: true}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return ArenaSetting{}, fmt.Errorf("memory arena %q: want on, off or a positive duration (e.g. 5m)", s)
+	}
+	return ArenaSetting{Idle: d}, nil
 }
 
 // ArenaOption is the model option (engine.Spec.Options) that chooses a
-// model's memory arena: "on" keeps ONNX Runtime's CPU arena, "off"
-// releases run memory after each run; empty follows Config.ReleaseArena.
+// model's memory arena (see ParseArena): "on" keeps ONNX Runtime's CPU
+// arena, "off" releases run memory after each run, a duration keeps the
+// arena and gives it back after that long without runs; empty follows
+// Config.ReleaseArena and Config.ArenaIdle.
 const ArenaOption = "memory_arena"
 
 // Runtime is a handle on ONNX Runtime for one node, or one model's view
@@ -60,6 +96,9 @@ type Runtime struct {
 	// arena reports whether the sessions this handle builds keep ONNX
 	// Runtime's CPU memory arena.
 	arena bool
+	// idle, with arena, is how long the model may go without runs before
+	// a pipeline that can gives the arena back (0: never).
+	idle time.Duration
 	// view marks a handle made by ForModel: Close does nothing on it.
 	view bool
 	// hold is the node's hold on the environment, shared by its views.
@@ -89,7 +128,11 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("onnx: runtime already loaded from %s, cannot also load %s", envLib, cfg.LibraryPath)
 	}
 	envRefs++
-	return &Runtime{cfg: cfg, arena: !cfg.ReleaseArena, hold: &envHold{}}, nil
+	r := &Runtime{cfg: cfg, arena: !cfg.ReleaseArena, hold: &envHold{}}
+	if r.arena {
+		r.idle = max(cfg.ArenaIdle, 0)
+	}
+	return r, nil
 }
 
 // Version reports the loaded ONNX Runtime version.
@@ -116,32 +159,34 @@ func (r *Runtime) EmbedThreads() int {
 
 // ForModel returns the runtime as the sessions of one model see it: the
 // model's ArenaOption, when set, chooses the memory arena instead of the
-// handle's own setting (Config.ReleaseArena on the node's handle) ("on" keeps it, "off" releases run memory after each
-// run; any other value is an error). Every pipeline loader calls it first
-// and builds all of the model's sessions from the view's SessionOptions,
-// so the option reaches every session. A nil runtime is an error. The
+// handle's own setting (Config.ReleaseArena and ArenaIdle on the node's
+// handle); a value ParseArena refuses is an error. Every pipeline loader
+// calls it first and builds all of the model's sessions from the view's
+// SessionOptions, so the option reaches every session. A nil runtime is an error. The
 // view shares the node's hold on
 // the environment; closing it does nothing.
 func (r *Runtime) ForModel(spec engine.Spec) (*Runtime, error) {
 	if r == nil {
 		return nil, fmt.Errorf("onnx: %s: no runtime", spec.ID)
 	}
-	arena := r.arena
-	switch v := spec.Options[ArenaOption]; v {
-	case "":
-	case "on":
-		arena = true
-	case "off":
-		arena = false
-	default:
-		return nil, fmt.Errorf("onnx: %s: option %s=%q: want on or off", spec.ID, ArenaOption, v)
+	v := &Runtime{cfg: r.cfg, arena: r.arena, idle: r.idle, view: true, hold: r.hold}
+	if s := spec.Options[ArenaOption]; s != "" {
+		a, err := ParseArena(s)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: %s: option %s: %w", spec.ID, ArenaOption, err)
+		}
+		v.arena, v.idle = !a.Release, a.Idle
 	}
-	return &Runtime{cfg: r.cfg, arena: arena, view: true, hold: r.hold}, nil
+	return v, nil
 }
 
 // KeepsArena reports whether the sessions this handle builds keep ONNX
 // Runtime's CPU memory arena.
 func (r *Runtime) KeepsArena() bool { return r.arena }
+
+// ArenaIdle is how long a model may go without runs before a pipeline that
+// can gives its arena back (0: never; always 0 when the arena is off).
+func (r *Runtime) ArenaIdle() time.Duration { return r.idle }
 
 // SessionOptions builds session options with the handle's thread and
 // arena settings; a pipeline calls it on its model's view (ForModel). The
