@@ -220,6 +220,9 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 // served notes that a request for model id (canonical or wire id) ended
 // on this node, for the model's memory estimate (modelMemory.served).
 func (e *engines) served(id string) {
+	if e == nil || !e.mem.pending() {
+		return
+	}
 	if m, err := e.store.Get(id); err == nil {
 		e.mem.served(m.ID)
 	}

@@ -81,6 +81,14 @@ func (m *modelMemory) served(id string) {
 	m.held[id] += max(now-after, 0)
 }
 
+// pending reports whether some model's first request has not ended yet
+// (served has work to do).
+func (m *modelMemory) pending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.afterLoad) > 0
+}
+
 // forget drops an unloaded model's estimate.
 func (m *modelMemory) forget(id string) {
 	m.mu.Lock()
