@@ -39,6 +39,7 @@ type admissionDeps struct {
 	log             *slog.Logger
 	reg             *prometheus.Registry
 	clock           func() time.Time
+	localServed     func(model string) // a request this node served ended (model memory)
 }
 
 // admission is the api.Admission: callers are authenticated from the
@@ -174,6 +175,7 @@ func (n *admission) Admit(r *http.Request, model string, body []byte) (func(api.
 		worker := s.Backend
 		if worker == n.nodeID {
 			worker = "" // the reporting node itself
+			n.localServed(model)
 		}
 		t.Done(limits.Usage{Status: s.Status, PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, Worker: worker})
 	}, nil

@@ -47,7 +47,7 @@ func (n *backend) toAPI(m *models.Manifest) api.Model {
 	return api.Model{
 		ID: m.ID, WireID: m.WireID(), Runtime: m.Runtime(), Task: m.Task,
 		Modalities: m.Modalities, Created: m.Created, SizeBytes: m.TotalSize(),
-		Warm: n.engines.isWarm(m.ID),
+		Warm: n.engines.isWarm(m.ID), ResidentBytes: n.engines.mem.bytes(m.ID),
 	}
 }
 

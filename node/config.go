@@ -16,6 +16,7 @@ import (
 
 	"github.com/infermesh/infermesh/mesh/route"
 	"github.com/infermesh/infermesh/node/api"
+	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/imagecodec"
 )
 
@@ -44,6 +45,14 @@ type Config struct {
 	// per pipeline (embeddings one thread per run, one run per core;
 	// others ONNX Runtime's pool), -1 ONNX Runtime's pool everywhere.
 	IntraOpThreads int
+	// MemoryArena is the node's default for ONNX Runtime's CPU memory
+	// arena (onnx.ParseArena): "on" keeps the largest activations a
+	// model's run ever needed until the model is unloaded, "off" gives run
+	// memory back after each run (slower runs), a duration keeps the arena
+	// and gives it back once a model has had no run for that long
+	// (background removal; the other pipelines keep it). A model's
+	// memory_arena option overrides it. See the README's "Model memory".
+	MemoryArena string
 	// BatchMax and BatchWait configure the embeddings dynamic batcher.
 	BatchMax int
 	// BatchWait is the longest the batcher waits to fill a batch (0..1s;
@@ -171,6 +180,7 @@ func Defaults() Config {
 		Dashboard:    true,
 		ORTLibrary:   filepath.Join(home, ".cache", "infermesh", "ort", "1.30.0", "libonnxruntime.so"),
 		BatchMax:     32,
+		MemoryArena:  "5m",
 		BatchWait:    2 * time.Millisecond,
 		DrainTimeout: 30 * time.Second,
 		Version:      "dev",
@@ -231,6 +241,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IntraOpThreads < -1 || c.IntraOpThreads > 256 {
 		errs = append(errs, fmt.Errorf("intra-op threads %d: want -1 (ONNX Runtime's pool), 0 (auto) or 1..256", c.IntraOpThreads))
+	}
+	if _, err := onnx.ParseArena(c.MemoryArena); err != nil {
+		errs = append(errs, err)
 	}
 	if c.BatchMax < 1 || c.BatchMax > 1024 {
 		errs = append(errs, fmt.Errorf("batch max %d: want 1..1024", c.BatchMax))

@@ -44,6 +44,8 @@ type engines struct {
 	used map[string]time.Time
 	// clock stamps used.
 	clock func() time.Time
+	// mem estimates the memory each loaded model holds.
+	mem *modelMemory
 }
 
 func newEngines(cfg Config, log *slog.Logger, store *models.Store) *engines {
@@ -51,7 +53,7 @@ func newEngines(cfg Config, log *slog.Logger, store *models.Store) *engines {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &engines{cfg: cfg, log: log, store: store, loaded: map[string]engine.Engine{}, used: map[string]time.Time{}, clock: clock}
+	return &engines{cfg: cfg, log: log, store: store, loaded: map[string]engine.Engine{}, used: map[string]time.Time{}, clock: clock, mem: newModelMemory()}
 }
 
 // runtime returns the node's ONNX Runtime handle, creating it on first use.
@@ -64,9 +66,15 @@ func (e *engines) runtime() (*onnx.Runtime, error) {
 	if _, err := os.Stat(e.cfg.ORTLibrary); err != nil {
 		return nil, fmt.Errorf("ONNX Runtime library not found at %s (run `make assets` or set SERVICE_ORT_LIBRARY): %w", e.cfg.ORTLibrary, err)
 	}
+	arena, err := onnx.ParseArena(e.cfg.MemoryArena)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := onnx.NewRuntime(onnx.Config{
 		LibraryPath:    e.cfg.ORTLibrary,
 		IntraOpThreads: e.cfg.IntraOpThreads,
+		ReleaseArena:   arena.Release,
+		ArenaIdle:      arena.Idle,
 		MaxBatch:       e.cfg.BatchMax,
 		MaxWaitMicros:  int(e.cfg.BatchWait.Microseconds()),
 	})
@@ -124,6 +132,7 @@ func (e *engines) unload(id string) {
 	eng := e.loaded[id]
 	delete(e.loaded, id)
 	e.mu.Unlock()
+	e.mem.forget(id)
 	if eng != nil {
 		if err := eng.Close(); err != nil {
 			e.log.Warn("close engine", "id", id, "err", err)
@@ -141,6 +150,7 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 		}
 		spec := engine.Spec{ID: m.ID, Task: engine.Task(m.Task), Dir: e.store.Dir(m), Files: m.Files, Options: m.Options}
 		var err error
+		measured := e.mem.beginLoad()
 		switch m.Runtime() {
 		case "onnx":
 			var rt *onnx.Runtime
@@ -188,6 +198,7 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 		default:
 			err = fmt.Errorf("runtime %q is not available on this node", m.Runtime())
 		}
+		measured(m.ID, err == nil)
 		if err != nil {
 			return nil, fmt.Errorf("load %s: %w", m.ID, err)
 		}
@@ -204,6 +215,17 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 		return nil, err
 	}
 	return v.(engine.Engine), nil
+}
+
+// served notes that a request for model id (canonical or wire id) ended
+// on this node, for the model's memory estimate (modelMemory.served).
+func (e *engines) served(id string) {
+	if e == nil || !e.mem.pending() {
+		return
+	}
+	if m, err := e.store.Get(id); err == nil {
+		e.mem.served(m.ID)
+	}
 }
 
 func (e *engines) isWarm(id string) bool {

@@ -145,6 +145,7 @@ func New(cfg Config) (*Node, error) {
 		nodeID: cfg.NodeID, listen: cfg.Listen, trustProxy: cfg.TrustProxy, legacyAllowPull: cfg.Legacy.AllowPull,
 		limits: cfg.Limits, inflightCap: cfg.InflightCap, fastTimers: cfg.FastTimers,
 		cluster: n.cluster, obs: n.obs, audit: n.audit, log: n.log, reg: n.reg, clock: n.clock,
+		localServed: n.engines.served,
 	})
 	n.dispatcher = &dispatcher{cluster: n.cluster, log: n.log}
 	n.governance = newGovernance(governanceDeps{nodeID: cfg.NodeID, cluster: n.cluster, log: n.log})

@@ -314,7 +314,7 @@ func (p peerCollector) Collect(ch chan<- prometheus.Metric) {
 // engineDescs are the per-model series of the loaded engines.
 type engineDescs struct {
 	queue, batchSize, running, capacity, kv, steps, rows, prefill, refused,
-	pLookups, pTokens, pEvict, pBytes, pBudget *prometheus.Desc
+	pLookups, pTokens, pEvict, pBytes, pBudget, resident *prometheus.Desc
 }
 
 func newEngineCollector(n *Node) engineCollector {
@@ -333,6 +333,7 @@ func newEngineCollector(n *Node) engineCollector {
 		pEvict:    prometheus.NewDesc("infermesh_engine_prefix_cache_evictions_total", "Prefix cache blocks dropped to stay within the budget.", []string{"model"}, nil),
 		pBytes:    prometheus.NewDesc("infermesh_engine_prefix_cache_bytes", "Memory the model's prefix cache holds.", []string{"model"}, nil),
 		pBudget:   prometheus.NewDesc("infermesh_engine_prefix_cache_budget_bytes", "The model's prefix cache budget (0: disabled).", []string{"model"}, nil),
+		resident:  prometheus.NewDesc("infermesh_model_resident_bytes", "Memory the model holds while loaded on this node: the process's resident growth across its load and its first request here (an estimate).", []string{"model"}, nil),
 	}}
 }
 
@@ -345,7 +346,7 @@ type engineCollector struct {
 // Describe sends the engine descriptors.
 func (e engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := e.d
-	for _, x := range []*prometheus.Desc{d.queue, d.batchSize, d.running, d.capacity, d.kv, d.steps, d.rows, d.prefill, d.refused, d.pLookups, d.pTokens, d.pEvict, d.pBytes, d.pBudget} {
+	for _, x := range []*prometheus.Desc{d.queue, d.batchSize, d.running, d.capacity, d.kv, d.steps, d.rows, d.prefill, d.refused, d.pLookups, d.pTokens, d.pEvict, d.pBytes, d.pBudget, d.resident} {
 		ch <- x
 	}
 }
@@ -368,6 +369,11 @@ func (e engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	d := e.d
+	for id, b := range e.n.engines.mem.all() {
+		if loaded[id] != nil {
+			gauge(d.resident, float64(b), id)
+		}
+	}
 	for id, eng := range loaded {
 		queued := -1
 		if b, ok := eng.(interface{ BatchSizes() onnx.BatchSizes }); ok {

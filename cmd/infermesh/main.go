@@ -112,6 +112,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Bool(&cfg.Dashboard, "dashboard", "SERVICE_DASHBOARD", cfg.Dashboard, "serve /dashboard")
 	f.String(&cfg.ORTLibrary, "ort-library", "SERVICE_ORT_LIBRARY", cfg.ORTLibrary, "path of libonnxruntime.so")
 	f.Int(&cfg.IntraOpThreads, "intra-op-threads", "SERVICE_INTRA_OP_THREADS", cfg.IntraOpThreads, "threads per ONNX Runtime session run (0: per pipeline: embeddings 1 per run and one run per core, others the runtime pool; -1: the runtime pool everywhere)")
+	f.String(&cfg.MemoryArena, "memory-arena", "SERVICE_MEMORY_ARENA", cfg.MemoryArena, "ONNX Runtime's CPU memory arena for models that set no memory_arena option: on keeps each model's largest run memory until unload, off returns it after every run, a duration (5m) keeps it and returns it once a model had no run for that long (background removal)")
 	f.Int(&cfg.BatchMax, "batch-max", "SERVICE_BATCH_MAX", cfg.BatchMax, "largest embeddings batch the dynamic batcher builds (1 disables batching)")
 	f.Duration(&cfg.BatchWait, "batch-wait", "SERVICE_BATCH_WAIT", cfg.BatchWait, "longest the batcher waits to fill a batch")
 	f.Duration(&cfg.DrainTimeout, "drain-timeout", "SERVICE_DRAIN_TIMEOUT", cfg.DrainTimeout, "how long in-flight requests may run after SIGTERM")

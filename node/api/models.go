@@ -14,10 +14,13 @@ type modelObject struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// ResidentBytes is an extension OpenAI clients ignore: the memory the
+	// model holds while loaded on the answering node.
+	ResidentBytes int64 `json:"resident_bytes,omitempty"`
 }
 
 func toObject(m Model) modelObject {
-	return modelObject{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.Runtime}
+	return modelObject{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.Runtime, ResidentBytes: m.ResidentBytes}
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
@@ -63,13 +66,16 @@ type installedEntry struct {
 	Modalities []string `json:"modalities"`
 	SizeBytes  int64    `json:"size_bytes"`
 	Warm       bool     `json:"warm"`
+	// ResidentBytes estimates the memory the model holds while loaded on
+	// this node (0: not loaded here).
+	ResidentBytes int64 `json:"resident_bytes"`
 }
 
 func (s *Server) installedModels(w http.ResponseWriter, r *http.Request) {
 	ms := s.opt.Backend.Models()
 	data := make([]installedEntry, 0, len(ms))
 	for _, m := range ms {
-		data = append(data, installedEntry{Key: m.ID, WireID: m.WireID, Task: m.Task, Modalities: m.Modalities, SizeBytes: m.SizeBytes, Warm: m.Warm})
+		data = append(data, installedEntry{Key: m.ID, WireID: m.WireID, Task: m.Task, Modalities: m.Modalities, SizeBytes: m.SizeBytes, Warm: m.Warm, ResidentBytes: m.ResidentBytes})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }

@@ -54,6 +54,9 @@ type Model struct {
 	// Warm reports whether the model is loaded on some node and serves
 	// without a cold start.
 	Warm bool
+	// ResidentBytes estimates the memory the model holds while loaded on
+	// this node (0: not loaded here); sent as resident_bytes.
+	ResidentBytes int64
 	// Deprecation, when set, is sent as X-AI-Model-Deprecated (the
 	// replacement's id, or "true").
 	Deprecation string

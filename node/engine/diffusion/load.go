@@ -146,6 +146,10 @@ func Load(rt *onnx.Runtime, spec engine.Spec) (*Engine, error) {
 	if spec.Task != "" && spec.Task != engine.TaskImageGeneration {
 		return nil, fmt.Errorf("diffusion: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskImageGeneration)
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	e := &Engine{id: spec.ID, controls: map[string]*controlNet{}}
 	if err := e.load(rt, spec); err != nil {
 		e.Close()

@@ -99,7 +99,8 @@ type decoder struct {
 //
 // The engine returned is an engine.BatchingChatter.
 func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
-	if err := r.checkLoad(spec, engine.TaskChat); err != nil {
+	r, err := r.checkLoad(spec, engine.TaskChat)
+	if err != nil {
 		return nil, err
 	}
 	d, err := newDecoder(spec)

@@ -67,7 +67,8 @@ type embedder struct {
 // reused by every call; inputs from concurrent calls are merged into batches
 // of up to Config.MaxBatch (see batcher).
 func (r *Runtime) LoadEmbedder(spec engine.Spec) (engine.Embedder, error) {
-	if err := r.checkLoad(spec, engine.TaskEmbeddings); err != nil {
+	r, err := r.checkLoad(spec, engine.TaskEmbeddings)
+	if err != nil {
 		return nil, err
 	}
 	e, err := newEmbedderConfig(spec)

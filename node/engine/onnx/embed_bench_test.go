@@ -158,27 +158,69 @@ func BenchmarkEmbeddingsBatchCeiling(b *testing.B) {
 // setting (IntraOpThreads 0: one single-threaded run per core for
 // embeddings) with the old default (ONNX Runtime's pool, one run at a
 // time, now IntraOpThreads -1) under the same closed loop of 16 callers
-// with the dynamic batcher on, on the MiniLM-size model, in one run.
-// x_throughput = new default req/s / old default req/s.
+// with the dynamic batcher on (the node's defaults: MaxBatch 32, MaxWait
+// 2ms), on the MiniLM-size model, for short queries and for sentences.
+// The b.N requests of each side are split into threadRounds rounds that
+// alternate between the sides (and which side goes first), so a change in
+// the machine's load reaches both. x_throughput = new default req/s / old
+// default req/s; the per-round ratios give min_x and max_x.
 //
 //	go test -run '^$' -bench EmbeddingsThreadDefaults -benchtime 2000x ./node/engine/onnx
 func BenchmarkEmbeddingsThreadDefaults(b *testing.B) {
 	dir := genBERT(b, "minilm")
-	texts := testTexts(512, 6)
-	load := func(threads int) engine.Embedder {
-		return loadTinyBERT(b, testRuntime(b, Config{
-			MaxBatch: benchMaxBatch, MaxWaitMicros: int(benchMaxWait / time.Microsecond), IntraOpThreads: threads,
-		}), dir, nil)
+	for _, w := range []struct {
+		name   string
+		spread int
+	}{{"queries", 6}, {"sentences", 40}} {
+		b.Run(w.name, func(b *testing.B) {
+			texts := testTexts(512, w.spread)
+			load := func(threads int) engine.Embedder {
+				return loadTinyBERT(b, testRuntime(b, Config{
+					MaxBatch: benchMaxBatch, MaxWaitMicros: int(benchMaxWait / time.Microsecond), IntraOpThreads: threads,
+				}), dir, nil)
+			}
+			old, auto := load(-1), load(0)
+			for _, e := range []engine.Embedder{old, auto} {
+				driveLoad(b, e, 4*benchConcurrency, benchConcurrency, texts)
+			}
+			per := max(benchConcurrency, b.N/threadRounds)
+			var oldTime, autoTime time.Duration
+			minX, maxX := 0.0, 0.0
+			b.ResetTimer()
+			for r := range threadRounds {
+				sides := []engine.Embedder{old, auto}
+				if r%2 == 1 {
+					sides = []engine.Embedder{auto, old}
+				}
+				var took [2]time.Duration
+				for _, e := range sides {
+					s := driveLoad(b, e, per, benchConcurrency, texts)
+					d := time.Duration(float64(per) / s.reqPerSec * float64(time.Second))
+					if e == old {
+						took[0] = d
+					} else {
+						took[1] = d
+					}
+				}
+				oldTime += took[0]
+				autoTime += took[1]
+				x := took[0].Seconds() / took[1].Seconds()
+				if r == 0 || x < minX {
+					minX = x
+				}
+				maxX = max(maxX, x)
+			}
+			b.StopTimer()
+			n := float64(per * threadRounds)
+			b.ReportMetric(n/oldTime.Seconds(), "pool_req/s")
+			b.ReportMetric(n/autoTime.Seconds(), "auto_req/s")
+			b.ReportMetric(oldTime.Seconds()/autoTime.Seconds(), "x_throughput")
+			b.ReportMetric(minX, "min_x")
+			b.ReportMetric(maxX, "max_x")
+		})
 	}
-	old, auto := load(-1), load(0)
-	for _, e := range []engine.Embedder{old, auto} {
-		driveLoad(b, e, 4*benchConcurrency, benchConcurrency, texts)
-	}
-	b.ResetTimer()
-	o := driveLoad(b, old, b.N, benchConcurrency, texts)
-	n := driveLoad(b, auto, b.N, benchConcurrency, texts)
-	b.StopTimer()
-	b.ReportMetric(o.reqPerSec, "pool_req/s")
-	b.ReportMetric(n.reqPerSec, "auto_req/s")
-	b.ReportMetric(n.reqPerSec/o.reqPerSec, "x_throughput")
 }
+
+// threadRounds is how many alternating rounds
+// BenchmarkEmbeddingsThreadDefaults splits each side's requests into.
+const threadRounds = 8

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -66,6 +68,17 @@ type isnet struct {
 	done    chan struct{}
 	once    sync.Once
 	err     error
+
+	// newSession builds a fresh session (no arena memory yet).
+	newSession func() (*ort.DynamicAdvancedSession, error)
+	// idle > 0: after that long without a run, the session is rebuilt,
+	// which gives its arena back (see releaseIdle); idleTimer is armed by
+	// every run's end and stopped by Close (guarded by idleMu).
+	idle      time.Duration
+	idleMu    sync.Mutex
+	idleTimer *time.Timer
+	// rebuilds counts sessions rebuilt to give the arena back.
+	rebuilds atomic.Int64
 }
 
 // LoadBackgroundRemover loads an ISNet-style model: one float input
@@ -73,9 +86,12 @@ type isnet struct {
 // [0,1] as the output named "output" (else the first output). spec.Files
 // ["model"] names the .onnx file inside spec.Dir; spec.Options "input_size"
 // sets S (default 1024) and "concurrency" the number of simultaneous runs
-// (default 1).
+// (default 1). With the arena kept and an idle duration (memory_arena
+// "5m", or Config.ArenaIdle), the session is rebuilt after that long
+// without runs, which gives the arena's memory back (releaseIdle).
 func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemover, error) {
-	if err := r.checkLoad(spec, engine.TaskBackgroundRemoval); err != nil {
+	r, err := r.checkLoad(spec, engine.TaskBackgroundRemoval)
+	if err != nil {
 		return nil, err
 	}
 	size, err := IntOption(spec.Options, "input_size", isnetDefaultSize, 32, isnetMaxSize)
@@ -98,21 +114,30 @@ func (r *Runtime) LoadBackgroundRemover(spec engine.Spec) (engine.BackgroundRemo
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
 	}
-	opts, err := r.SessionOptions()
-	if err != nil {
-		return nil, fmt.Errorf("onnx: %s: session options: %w", spec.ID, err)
+	newSession := func() (*ort.DynamicAdvancedSession, error) {
+		opts, err := r.SessionOptions()
+		if err != nil {
+			return nil, fmt.Errorf("session options: %w", err)
+		}
+		defer opts.Destroy()
+		s, err := ort.NewDynamicAdvancedSession(path, []string{inName}, []string{outName}, opts)
+		if err != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+		return s, nil
 	}
-	session, err := ort.NewDynamicAdvancedSession(path, []string{inName}, []string{outName}, opts)
-	opts.Destroy()
+	session, err := newSession()
 	if err != nil {
-		return nil, fmt.Errorf("onnx: %s: create session: %w", spec.ID, err)
+		return nil, fmt.Errorf("onnx: %s: %w", spec.ID, err)
 	}
 	e := &isnet{
-		id:      spec.ID,
-		size:    size,
-		session: session,
-		slots:   make(chan *isnetSlot, nSlots),
-		done:    make(chan struct{}),
+		id:         spec.ID,
+		size:       size,
+		session:    session,
+		slots:      make(chan *isnetSlot, nSlots),
+		done:       make(chan struct{}),
+		newSession: newSession,
+		idle:       r.ArenaIdle(),
 	}
 	for range nSlots {
 		s, err := newISNetSlot(size)
@@ -234,7 +259,10 @@ func (e *isnet) predict(ctx context.Context, src *image.NRGBA) ([]float32, error
 	case <-e.done:
 		return nil, errEngineClosed
 	}
-	defer func() { e.slots <- slot }()
+	defer func() {
+		e.slots <- slot
+		e.armIdle()
+	}()
 	// A slot taken after Close began goes straight back to Close.
 	select {
 	case <-e.done:
@@ -273,6 +301,11 @@ func (e *isnet) run(ctx context.Context, slot *isnetSlot) error {
 func (e *isnet) Close() error {
 	e.once.Do(func() {
 		close(e.done)
+		e.idleMu.Lock()
+		if e.idleTimer != nil {
+			e.idleTimer.Stop()
+		}
+		e.idleMu.Unlock()
 		var errs []error
 		for range e.nSlots {
 			(<-e.slots).destroy()
@@ -283,4 +316,59 @@ func (e *isnet) Close() error {
 		e.err = errors.Join(errs...)
 	})
 	return e.err
+}
+
+// armIdle (re)starts the idle timer after a run, when the model gives its
+// arena back after e.idle without runs.
+func (e *isnet) armIdle() {
+	if e.idle <= 0 {
+		return
+	}
+	e.idleMu.Lock()
+	defer e.idleMu.Unlock()
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	if e.idleTimer == nil {
+		e.idleTimer = time.AfterFunc(e.idle, e.releaseIdle)
+		return
+	}
+	e.idleTimer.Reset(e.idle)
+}
+
+// releaseIdle gives the session's arena back by replacing the session
+// with a fresh one, which holds the weights but no run memory. It needs
+// every slot (no run in flight) and takes them without waiting: a run that
+// holds one re-arms the timer when it ends. The new session is built
+// before the old one goes, so a failure keeps the old one.
+func (e *isnet) releaseIdle() {
+	held := make([]*isnetSlot, 0, e.nSlots)
+	defer func() {
+		for _, s := range held {
+			e.slots <- s
+		}
+	}()
+	for range e.nSlots {
+		select {
+		case s := <-e.slots:
+			held = append(held, s)
+		default:
+			return
+		}
+	}
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	fresh, err := e.newSession()
+	if err != nil {
+		return // keep the session and its arena; the next run re-arms
+	}
+	old := e.session
+	e.session = fresh
+	_ = old.Destroy()
+	e.rebuilds.Add(1)
 }

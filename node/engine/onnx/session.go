@@ -3,7 +3,9 @@ package onnx
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -63,4 +65,24 @@ func IntOption(options map[string]string, key string, def, lo, hi int) (int, err
 		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
 	}
 	return v, nil
+}
+
+// ResidentBytes returns the process's resident set size from
+// /proc/self/statm (Linux). ONNX Runtime does not report what its arenas
+// hold, so the memory a model holds is estimated from this figure taken
+// before and after its load (and its first run), with loads serialised.
+func ResidentBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("onnx: /proc/self/statm: %q", b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("onnx: /proc/self/statm: %w", err)
+	}
+	return pages * int64(os.Getpagesize()), nil
 }

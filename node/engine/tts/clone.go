@@ -67,6 +67,13 @@ func LoadCloner(rt *onnx.Runtime, spec engine.Spec) (engine.Cloner, error) {
 
 func loadCloner(rt *onnx.Runtime, spec engine.Spec) (*OpenVoice, error) {
 	wrap := func(err error) error { return fmt.Errorf("tts: %s: %w", spec.ID, err) }
+	if rt == nil {
+		return nil, wrap(fmt.Errorf("no runtime"))
+	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, wrap(err)
+	}
 	if spec.Task != "" && spec.Task != engine.TaskVoiceCloning {
 		return nil, wrap(fmt.Errorf("task %q is not %q", spec.Task, engine.TaskVoiceCloning))
 	}

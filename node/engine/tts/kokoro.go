@@ -85,6 +85,10 @@ func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
 	if rt == nil {
 		return nil, wrap(fmt.Errorf("no runtime"))
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, wrap(err)
+	}
 	if spec.Task != "" && spec.Task != engine.TaskTextToSpeech && spec.Task != engine.TaskVoiceCloning {
 		return nil, wrap(fmt.Errorf("task %q is not %q", spec.Task, engine.TaskTextToSpeech))
 	}

@@ -78,6 +78,10 @@ func loadPiper(rt *onnx.Runtime, spec engine.Spec) (*Piper, error) {
 	if rt == nil {
 		return nil, wrap(fmt.Errorf("no runtime"))
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, wrap(err)
+	}
 	if spec.Task != "" && spec.Task != engine.TaskTextToSpeech {
 		return nil, wrap(fmt.Errorf("task %q is not %q", spec.Task, engine.TaskTextToSpeech))
 	}

@@ -88,6 +88,10 @@ func load(rt *onnx.Runtime, spec engine.Spec) (*Engine, error) {
 	if spec.Task != "" && spec.Task != engine.TaskImageUpscale {
 		return nil, fmt.Errorf("upscale: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskImageUpscale)
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	files := map[int]string{}
 	for role, f := range spec.Files {
 		if s, ok := strings.CutPrefix(role, "x"); ok {
@@ -120,7 +124,6 @@ func load(rt *onnx.Runtime, spec engine.Spec) (*Engine, error) {
 		return n, nil
 	}
 	e := &Engine{id: spec.ID, models: map[int]*scaleModel{}, done: make(chan struct{})}
-	var err error
 	if e.tile, err = opt("tile", DefaultTile, 8, 2048); err != nil {
 		return nil, err
 	}

@@ -67,6 +67,10 @@ func LoadDetector(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if err := checkTask(spec, engine.TaskObjectDetection); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	switch f := spec.Options["format"]; f {
 	case "", "centernet":
 	case "yolov8", "yolo11":

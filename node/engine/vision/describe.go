@@ -42,6 +42,10 @@ func LoadComposedDescriber(rt *onnx.Runtime, spec engine.Spec) (engine.Describer
 	if err := checkTask(spec, engine.TaskImageDescription); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	sub := func(task engine.Task, prefix string, roles map[string]string) engine.Spec {
 		s := engine.Spec{ID: spec.ID, Task: task, Dir: spec.Dir, Files: map[string]string{}, Options: map[string]string{}}
 		for role, from := range roles {
@@ -57,7 +61,6 @@ func LoadComposedDescriber(rt *onnx.Runtime, spec engine.Spec) (engine.Describer
 		return s
 	}
 	c := &composed{id: spec.ID}
-	var err error
 	c.det, err = LoadDetector(rt, sub(engine.TaskObjectDetection, "detector", map[string]string{"model": "detector", "labels": "labels"}))
 	if err != nil {
 		return nil, err

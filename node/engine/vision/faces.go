@@ -77,6 +77,10 @@ func LoadFaces(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 	if err := checkTask(spec, engine.TaskFaceDetection); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	switch f := spec.Options["format"]; f {
 	case "", "blazeface":
 	case "scrfd":

@@ -74,6 +74,10 @@ func LoadFlorence(rt *onnx.Runtime, spec engine.Spec) (engine.Describer, error) 
 	if err := checkTask(spec, engine.TaskImageDescription); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	f, nRuns, err := newFlorenceConfig(spec)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)

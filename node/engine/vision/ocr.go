@@ -73,6 +73,10 @@ func LoadOCR(rt *onnx.Runtime, spec engine.Spec) (engine.TextReader, error) {
 	if err := checkTask(spec, engine.TaskTextRecognition); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	o, nRuns, err := newOCRConfig(spec)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)

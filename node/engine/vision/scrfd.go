@@ -69,8 +69,11 @@ func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 	if err := checkTask(spec, engine.TaskFaceDetection); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	f := &scrfd{id: spec.ID, done: make(chan struct{})}
-	var err error
 	fail := func(err error) (engine.FaceAnalyzer, error) {
 		f.Close()
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)

@@ -66,6 +66,10 @@ func LoadYOLO(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if err := checkTask(spec, engine.TaskObjectDetection); err != nil {
 		return nil, err
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	y, nSlots, err := newYOLOConfig(spec)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)

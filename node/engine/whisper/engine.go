@@ -73,6 +73,10 @@ func load(rt *onnx.Runtime, spec engine.Spec) (*Engine, error) {
 	if rt == nil {
 		return nil, fmt.Errorf("whisper: %s: no runtime", spec.ID)
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	if spec.Task != "" && spec.Task != engine.TaskSpeechToText {
 		return nil, fmt.Errorf("whisper: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskSpeechToText)
 	}

@@ -35,6 +35,10 @@ func LoadVAD(rt *onnx.Runtime, spec engine.Spec) (engine.VoiceDetector, error) {
 	if spec.Task != "" && spec.Task != engine.TaskVoiceActivity {
 		return nil, fmt.Errorf("whisper: %s: task %q is not %q", spec.ID, spec.Task, engine.TaskVoiceActivity)
 	}
+	rt, err := rt.ForModel(spec)
+	if err != nil {
+		return nil, err
+	}
 	frame := 1536
 	if s := spec.Options["frame_samples"]; s != "" {
 		v, err := strconv.Atoi(s)
