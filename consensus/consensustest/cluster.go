@@ -30,6 +30,7 @@ import (
 
 	"github.com/infermesh/infermesh/consensus"
 	"github.com/infermesh/infermesh/consensus/rpcmux"
+	"github.com/infermesh/infermesh/mesh/forward"
 	"github.com/infermesh/infermesh/mesh/peerauth"
 )
 
@@ -258,7 +259,10 @@ func (c *Cluster) StartPeer(id string, join bool) *Peer {
 	mux := http.NewServeMux()
 	mux.Handle(node.Handler())
 	mux.Handle(node.AdminHandler())
-	p.srv = newServer(mux)
+	// The server the node runs on its RPC port (node/cluster.go), with
+	// HTTP/2 over TLS for peer-TLS clusters.
+	p.srv = forward.NewHTTPServer(mux, nil)
+	p.srv.Protocols.SetHTTP2(true)
 	p.serving.Add(2)
 	go func() { defer p.serving.Done(); _ = p.mux.Serve() }()
 	go func() { defer p.serving.Done(); _ = p.srv.Serve(p.mux.HTTP()) }()
@@ -544,21 +548,4 @@ func (m *ManualClock) Advance(d time.Duration) {
 	m.mu.Lock()
 	m.now = m.now.Add(d)
 	m.mu.Unlock()
-}
-
-// newServer returns an http.Server for the HTTP side of an rpcmux that
-// speaks HTTP/1.1 and HTTP/2 cleartext (prior knowledge), as Connect
-// clients from rpcmux.NewClient do, and HTTP/2 or HTTP/1.1 over TLS when the mux hands it TLS
-// connections (peer TLS). Run it with srv.Serve(mux.HTTP()).
-func newServer(h http.Handler) *http.Server {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Server{
-		Handler:           h,
-		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
 }
