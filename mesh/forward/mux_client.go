@@ -239,10 +239,43 @@ func (mc *muxConn) forward(ctx context.Context, msg *forwardv1.ForwardRequest, u
 	if mc.mac != nil {
 		frame.Mac = mc.mac.sum(nil, frameCall, call.id, raw)
 	}
+	// This caller may become the stream's sender, and a write to a peer
+	// that stopped reading (a partition) blocks on flow control with no
+	// regard for ctx. Once ctx ends while the frame is still being pushed,
+	// watch the write: stuck past muxSendStall, it ends the stream, which
+	// releases the write and fails the calls retryably (before their head,
+	// dispatch tries the next candidate).
+	var pushed atomic.Bool
+	unwatch := context.AfterFunc(ctx, func() { mc.watchStall(&pushed) })
 	mc.push(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Call{Call: frame}}, bp)
+	pushed.Store(true)
+	unwatch()
 	mc.c.met.muxCalls.Inc()
 	call.stop = context.AfterFunc(ctx, func() { call.abandon() })
 	return &Stream{m: call, ctx: ctx, met: mc.c.met}, nil
+}
+
+// watchStall ends the stream once a write has been in progress for
+// muxSendStall, checking until done is set (the watching caller's frame
+// was handed over) or the stream ends.
+func (mc *muxConn) watchStall(done *atomic.Bool) {
+	var check func()
+	check = func() {
+		if done.Load() {
+			return
+		}
+		if t := mc.sendStart.Load(); t != 0 && time.Since(time.Unix(0, t)) >= muxSendStall {
+			mc.fail(errors.New("writes stalled"))
+			return
+		}
+		mc.mu.Lock()
+		dead := mc.dead
+		mc.mu.Unlock()
+		if !dead {
+			time.AfterFunc(muxSendStall/4, check)
+		}
+	}
+	check()
 }
 
 // readLoop routes the peer's frames to their calls until the stream ends.

@@ -500,3 +500,66 @@ func TestMultiplexStalledWritesEndTheStream(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiplexStuckSenderHonoursItsContext: the caller that is itself
+// the stream's writer, blocked on a peer that stopped reading (as in a
+// partition), returns once its own context ends while no other caller
+// gives up: the stalled write ends the stream and every call fails
+// retryably. (Before, only another caller's abandonment armed the stall
+// check, so a stuck writer hung until the client's own timeout.)
+func TestMultiplexStuckSenderHonoursItsContext(t *testing.T) {
+	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret}, echo)
+	f := startFreezer(t, p.addr)
+	addr := f.ln.Addr().String()
+	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour})
+	c.warm(t, addr)
+	f.freeze()
+
+	const n = 40 // 40 × 60 KiB is more than the peer's 1 MiB stream window
+	body := bytes.Repeat([]byte("z"), 60<<10)
+	ctxs := make([]context.Context, n)
+	cancels := make([]context.CancelFunc, n)
+	for i := range n {
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		defer cancels[i]()
+	}
+	sent := make(chan int, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			s, err := c.Forward(ctxs[i], addr, &forward.Request{Method: "POST", Path: "/v1/x", Body: body})
+			sent <- i
+			if err == nil {
+				_, err = s.Head()
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	returned := make([]bool, n)
+	for range n - 1 {
+		returned[<-sent] = true
+	}
+	select {
+	case <-sent:
+		t.Fatal("no write stalled: the frozen path took every frame")
+	default:
+	}
+	// Only the stuck writer gives up.
+	for i, ok := range returned {
+		if !ok {
+			cancels[i]()
+		}
+	}
+	limit := time.After(30 * time.Second) // a hang guard, not a timing assertion
+	for got := 0; got < n; got++ {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Fatal("a call through a frozen path succeeded")
+			}
+		case <-limit:
+			t.Fatalf("%d of %d callers still stuck behind a stalled write", n-got, n)
+		}
+	}
+}
