@@ -267,7 +267,10 @@ func (n *Node) startDispatch(c *cluster, s *clusterStart) error {
 	}
 	policy := &replicatedPolicy{raft: c.raft, fallback: dispatch.Policy{Strategy: strategy}}
 	go n.seedPolicy()
-	fc := forward.ClientConfig{NodeID: cfg.NodeID, Signer: s.signer}
+	fc := forward.ClientConfig{NodeID: cfg.NodeID, Signer: s.signer, MuxMaxBody: -1}
+	if cfg.ForwardStream {
+		fc.MuxMaxBody = 0 // the client's default size limit
+	}
 	if s.peerTLS != nil {
 		fc.Dial = s.peerTLS.DialContext(rpcmux.ALPNHTTP1, 2*time.Second)
 		fc.DialHTTP2 = s.peerTLS.DialContext(rpcmux.ALPNHTTP2, 2*time.Second) // Relay (upgrades) runs over HTTP/2

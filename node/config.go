@@ -103,6 +103,12 @@ type Config struct {
 	// CanaryPercent is the share of callers (0..100) this node receives
 	// when it is a canary.
 	CanaryPercent int
+	// ForwardStream sends forwarded requests with small bodies over one
+	// long-lived multiplexed Connect stream per peer instead of a call of
+	// their own (cheaper per request; off by default: under a network
+	// partition some requests on it are not yet moved to another node
+	// before the client's timeout, see mesh/DESIGN.md).
+	ForwardStream bool
 	// FastTimers shortens gossip and raft timers (tests on loopback).
 	FastTimers bool
 	// Version is reported in X-Service-Version.
