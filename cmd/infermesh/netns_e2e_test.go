@@ -525,24 +525,29 @@ func TestNetnsStatefulSetStart(t *testing.T) {
 			t.Fatalf("%s bootstrapped again after its restart", p.id)
 		}
 	}
-	// Every key the loop wrote is on every node.
-	var want int
-	for _, p := range ps {
-		var keys struct {
-			Data []struct {
-				Name string `json:"name"`
-			} `json:"data"`
+	// Every key the loop wrote reaches every node (a follower applies the
+	// last entries a heartbeat after the leader acknowledged them).
+	written := int(perKind[1].Load()) + n
+	eventually(t, 30*time.Second, "every node lists every key written", func() error {
+		var want int
+		for _, p := range ps {
+			var keys struct {
+				Data []struct {
+					Name string `json:"name"`
+				} `json:"data"`
+			}
+			if err := keyedJSON(client, p.proc, "GET", "/v1/server/keys", nil, &keys); err != nil {
+				return err
+			}
+			if want == 0 {
+				want = len(keys.Data)
+			}
+			if len(keys.Data) != want || want < written {
+				return fmt.Errorf("%s lists %d keys, want %d (at least %d written)", p.id, len(keys.Data), want, written)
+			}
 		}
-		if err := keyedJSON(client, p.proc, "GET", "/v1/server/keys", nil, &keys); err != nil {
-			t.Fatal(err)
-		}
-		if want == 0 {
-			want = len(keys.Data)
-		}
-		if len(keys.Data) != want || want < int(perKind[1].Load())+n {
-			t.Fatalf("%s lists %d keys, want %d (at least %d written)", p.id, len(keys.Data), want, int(perKind[1].Load())+n)
-		}
-	}
+		return nil
+	})
 }
 
 func procsOf(ps []*nsProc) []*proc {
