@@ -9,9 +9,10 @@ import (
 // modelMemory estimates the memory each loaded model holds on this node.
 // ONNX Runtime reports no allocator statistics through its Go binding, so
 // the figure comes from the process's resident set size (onnx.ResidentBytes):
-// what the process grew by across the model's load (loads run one at a
-// time while measured, so the growth is the model's: weights, initialised
-// sessions, tokenizers), plus what it grew by between the end of the load
+// what the process grew by across the model's load (the growth is the
+// model's: weights, initialised sessions, tokenizers; a load that
+// overlapped another's is not measured, rather than serialising loads for
+// an estimate), plus what it grew by between the end of the load
 // and the end of the model's first request served here (the run memory a
 // session keeps: ONNX Runtime's arena holds a run's largest activations
 // until the model is unloaded unless --memory-arena / memory_arena is off).
@@ -19,10 +20,10 @@ import (
 // requests for other models running at the same moment can inflate it, so
 // it is an estimate. Neither part is ever negative.
 type modelMemory struct {
-	// loadMu serialises measured loads.
-	loadMu sync.Mutex
-
 	mu sync.Mutex
+	// events counts load starts and ends: a load that sees it move by
+	// more than its own start and end overlapped another.
+	events uint64
 	// held is each loaded model's estimate.
 	held map[string]int64
 	// afterLoad is the resident size when a model's load ended, for
@@ -38,20 +39,23 @@ func newModelMemory() *modelMemory {
 	return &modelMemory{held: map[string]int64{}, afterLoad: map[string]int64{}, loadSeq: map[string]uint64{}}
 }
 
-// beginLoad takes the load lock and the resident size before a load; the
-// returned func ends the measure (ok: the load succeeded) and releases the
-// lock.
+// beginLoad takes the resident size before a load; the returned func
+// ends the measure (ok: the load succeeded). Loads run concurrently; one
+// that overlapped another records no estimate.
 func (m *modelMemory) beginLoad() func(id string, ok bool) {
-	m.loadMu.Lock()
+	m.mu.Lock()
+	m.events++
+	start := m.events
+	m.mu.Unlock()
 	before, err := onnx.ResidentBytes()
 	return func(id string, ok bool) {
-		defer m.loadMu.Unlock()
 		after, err2 := onnx.ResidentBytes()
-		if !ok || err != nil || err2 != nil {
-			return
-		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.events++
+		if !ok || err != nil || err2 != nil || m.events != start+1 {
+			return
+		}
 		m.loads++
 		m.held[id] = max(after-before, 0)
 		m.afterLoad[id] = after

@@ -70,7 +70,7 @@ func IntOption(options map[string]string, key string, def, lo, hi int) (int, err
 // ResidentBytes returns the process's resident set size from
 // /proc/self/statm (Linux). ONNX Runtime does not report what its arenas
 // hold, so the memory a model holds is estimated from this figure taken
-// before and after its load (and its first run), with loads serialised.
+// before and after its load (and its first run).
 func ResidentBytes() (int64, error) {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {
