@@ -60,6 +60,17 @@ type ClientConfig struct {
 	// own, so a large upload never holds up the small requests sharing
 	// the stream. Default 64 KiB; negative: never multiplex.
 	MuxMaxBody int
+	// MuxPingAfter and MuxPingTimeout are PingAfter and PingTimeout for
+	// the connection carrying the peer's Multiplex stream. Every call
+	// waiting on that stream depends on the one connection, and a peer cut
+	// off by a partition closes nothing, so it is checked much sooner than
+	// the per-call connections: a connection silent for MuxPingAfter is
+	// pinged, and one whose ping goes unanswered for MuxPingTimeout is
+	// closed, failing its calls retryably (before their head the
+	// dispatcher moves them to the next candidate). Pings go out only on
+	// a connection that received nothing for MuxPingAfter. Defaults 1s
+	// and 3s.
+	MuxPingAfter, MuxPingTimeout time.Duration
 	// MaxIdleConnsPerPeer bounds idle HTTP/1.1 connections kept per peer.
 	// It should cover the usual concurrency towards one peer, or
 	// connections churn. Default 512.
@@ -76,8 +87,9 @@ type Client struct {
 	http connect.HTTPClient
 	tr   *http.Transport
 	met  *clientMetrics
-	// relay holds the HTTP/2 clients of Relay and Multiplex calls.
-	relay *relayClients
+	// relay holds the HTTP/2 clients of Relay calls, muxRelay those of
+	// Multiplex streams (on connections of their own, pinged sooner).
+	relay, muxRelay *relayClients
 	// mux holds each peer's Multiplex stream.
 	mux *muxPeers
 	// bufs pools the buffers multiplexed requests are encoded into.
@@ -108,6 +120,12 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = 16 << 20
 	}
+	if cfg.MuxPingAfter <= 0 {
+		cfg.MuxPingAfter = time.Second
+	}
+	if cfg.MuxPingTimeout <= 0 {
+		cfg.MuxPingTimeout = 3 * time.Second
+	}
 	if cfg.MaxIdleConnsPerPeer <= 0 {
 		cfg.MaxIdleConnsPerPeer = 512
 	}
@@ -132,6 +150,9 @@ func NewClient(cfg ClientConfig, logger *slog.Logger, reg prometheus.Registerer)
 		relay: newRelayClients(cfg, sign),
 		peers: map[string]forwardv1connect.ForwardServiceClient{},
 	}
+	muxCfg := cfg
+	muxCfg.PingAfter, muxCfg.PingTimeout = cfg.MuxPingAfter, cfg.MuxPingTimeout
+	c.muxRelay = newRelayClients(muxCfg, sign)
 	c.mux = newMuxPeers(c)
 	c.bufs.New = func() any { b := make([]byte, 0, 4<<10); return &b }
 	return c, nil
@@ -201,6 +222,7 @@ func (c *Client) Close() {
 	c.mux.close()
 	c.tr.CloseIdleConnections()
 	c.relay.tr.CloseIdleConnections()
+	c.muxRelay.tr.CloseIdleConnections()
 }
 
 func (c *Client) peer(addr string) forwardv1connect.ForwardServiceClient {

@@ -134,7 +134,7 @@ func (mp *muxPeers) open(p *muxPeer) {
 // dial opens a stream and waits for the peer's Ready.
 func (mp *muxPeers) dial(p *muxPeer) (*muxConn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	bs := mp.c.relay.peer(p.addr).Multiplex(ctx)
+	bs := mp.c.muxRelay.peer(p.addr).Multiplex(ctx)
 	priv, err := newMuxKey()
 	if err != nil {
 		cancel()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -378,11 +379,15 @@ func TestMultiplexDraining(t *testing.T) {
 
 // freezer relays TCP connections to a target and, once frozen, stops
 // carrying the clients' bytes (a peer that stopped reading: paused or cut
-// off without a reset).
+// off without a reset). Nothing written after freeze returns reaches the
+// target: freeze interrupts reads in progress.
 type freezer struct {
 	ln     net.Listener
 	frozen chan struct{}
 	once   sync.Once
+
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func startFreezer(t *testing.T, target string) *freezer {
@@ -405,6 +410,9 @@ func startFreezer(t *testing.T, target string) *freezer {
 				c.Close()
 				continue
 			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
 			go func() { io.Copy(c, s); c.Close() }()
 			go func() {
 				defer s.Close()
@@ -417,6 +425,9 @@ func startFreezer(t *testing.T, target string) *freezer {
 					default:
 					}
 					n, err := c.Read(buf)
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						continue // interrupted by freeze
+					}
 					if n > 0 {
 						if _, werr := s.Write(buf[:n]); werr != nil {
 							return
@@ -432,7 +443,16 @@ func startFreezer(t *testing.T, target string) *freezer {
 	return f
 }
 
-func (f *freezer) freeze() { f.once.Do(func() { close(f.frozen) }) }
+func (f *freezer) freeze() {
+	f.once.Do(func() {
+		close(f.frozen)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.conns {
+			_ = c.SetReadDeadline(time.Now())
+		}
+	})
+}
 
 // TestMultiplexStalledWritesEndTheStream freezes the path to the peer
 // while calls with large bodies fill the stream's window: once callers
@@ -443,7 +463,7 @@ func TestMultiplexStalledWritesEndTheStream(t *testing.T) {
 	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret}, echo)
 	f := startFreezer(t, p.addr)
 	addr := f.ln.Addr().String()
-	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour})
+	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour, MuxPingAfter: time.Hour, MuxPingTimeout: time.Hour})
 	c.warm(t, addr)
 	f.freeze()
 
@@ -511,7 +531,7 @@ func TestMultiplexStuckSenderHonoursItsContext(t *testing.T) {
 	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret}, echo)
 	f := startFreezer(t, p.addr)
 	addr := f.ln.Addr().String()
-	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour})
+	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour, MuxPingAfter: time.Hour, MuxPingTimeout: time.Hour})
 	c.warm(t, addr)
 	f.freeze()
 
@@ -560,6 +580,52 @@ func TestMultiplexStuckSenderHonoursItsContext(t *testing.T) {
 			}
 		case <-limit:
 			t.Fatalf("%d of %d callers still stuck behind a stalled write", n-got, n)
+		}
+	}
+}
+
+// TestMultiplexSilentPeerFailsCallsRetryably: calls waiting on the stream
+// of a peer that went silent (a partition: nothing is closed, nothing
+// answers) fail retryably once the stream's connection misses its ping,
+// so the dispatcher moves them to the next candidate. Before, the stream
+// shared the 10 s + 5 s pings of the per-call connections, and requests
+// forwarded just as a partition began outlived the client's timeout
+// (the secured chaos suite's minority-partition and split-writes). The
+// writes here are small, so the stalled-write rule plays no part; the
+// per-call pings are set to an hour.
+func TestMultiplexSilentPeerFailsCallsRetryably(t *testing.T) {
+	p := startPeerConfig(t, forward.ServerConfig{NodeID: "srv", ClusterSecret: secret}, echo)
+	f := startFreezer(t, p.addr)
+	addr := f.ln.Addr().String()
+	c := newMuxClient(t, forward.ClientConfig{PingAfter: time.Hour, PingTimeout: time.Hour,
+		MuxPingAfter: 200 * time.Millisecond, MuxPingTimeout: 500 * time.Millisecond})
+	c.warm(t, addr)
+	f.freeze()
+
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			s, err := c.Forward(context.Background(), addr, &forward.Request{Method: "POST", Path: "/v1/x", Body: []byte("small")})
+			if err == nil {
+				_, err = s.Head()
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	limit := time.After(30 * time.Second) // a hang guard, not a timing assertion
+	for got := 0; got < n; got++ {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Fatal("a call through a frozen path succeeded")
+			}
+			if !forward.Retryable(err) {
+				t.Fatalf("call through a silent peer failed with a final error: %v", err)
+			}
+		case <-limit:
+			t.Fatalf("%d of %d calls still wait on a silent peer", n-got, n)
 		}
 	}
 }
