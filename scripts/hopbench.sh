@@ -33,8 +33,9 @@
 #   HOPBENCH_DURATION  seconds per measurement (default 5)
 #   HOPBENCH_ROUNDS    rounds (default 3)
 #   HOPBENCH_PORT      first of the loopback ports used (default 28100)
-#   HOPBENCH_STREAM    set: the entry node forwards over the multiplexed
-#                      stream (--forward-stream)
+#   HOPBENCH_STREAM    0: the entry node gives every request a Connect
+#                      call of its own (--forward-stream=false); default:
+#                      the multiplexed stream, as a node does by default
 #   HOPBENCH_INSTALL=1 install wrk, nginx and haproxy with apt-get when
 #                      missing (needs root)
 #   HOPBENCH_MODEL     model folder to import into B (default
@@ -122,7 +123,7 @@ mkdir -p "$W/a" "$W/b"
 B_PID=$!; PIDS+=("$B_PID")
 "$W/infermesh" serve --data-dir "$W/a" --node-id hop-a --listen 127.0.0.1:$A_HTTP \
   --gossip-listen 127.0.0.1:$A_GOSSIP --rpc-listen 127.0.0.1:$A_RPC --cluster-secret $SECRET \
-  --join 127.0.0.1:$B_GOSSIP --audit=false --dashboard=false ${HOPBENCH_STREAM:+--forward-stream} 2>"$W/a.log" &
+  --join 127.0.0.1:$B_GOSSIP --audit=false --dashboard=false --forward-stream=$([ "${HOPBENCH_STREAM:-1}" = 0 ] && echo false || echo true) 2>"$W/a.log" &
 A_PID=$!; PIDS+=("$A_PID")
 "$W/goproxy/goproxy" 127.0.0.1:$RP_PORT http://127.0.0.1:$B_HTTP 2>"$W/goproxy.log" &
 RP_PID=$!; PIDS+=("$RP_PID")

@@ -129,7 +129,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.InflightCap, "inflight-cap", "SERVICE_INFLIGHT_CAP", cfg.InflightCap, "requests this node serves at once before peers route elsewhere")
 	f.Int(&cfg.Weight, "weight", "SERVICE_WEIGHT", cfg.Weight, "this node's weight for the weighted strategy")
 	f.Bool(&cfg.Canary, "canary", "SERVICE_CANARY", cfg.Canary, "mark this node canary")
-	f.Bool(&cfg.ForwardStream, "forward-stream", "SERVICE_FORWARD_STREAM", cfg.ForwardStream, "forward small requests over one multiplexed stream per peer (experimental: slower failover under partitions)")
+	f.Bool(&cfg.ForwardStream, "forward-stream", "SERVICE_FORWARD_STREAM", cfg.ForwardStream, "forward small requests over one multiplexed stream per peer (false: a call per request)")
 	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
 	f.Int(&cfg.ImageConcurrency, "image-concurrency", "SERVICE_IMAGE_CONCURRENCY", cfg.ImageConcurrency, "image jobs (generation, operations) run at once on this node")
 	f.Int(&cfg.ImageQueue, "image-queue", "SERVICE_IMAGE_QUEUE", cfg.ImageQueue, "image jobs that may wait for a turn; beyond them 503 with Retry-After")
