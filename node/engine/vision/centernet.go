@@ -61,7 +61,8 @@ type detector struct {
 // spec.Files["labels"] a text file of the C class names, one per line, in
 // class order. Options: input_size S (default 512), confidence_threshold
 // (default 0.3), nms_iou (default 0.4) and concurrency, the number of
-// simultaneous runs (default 1). Option "format" selects the network:
+// simultaneous runs (default 1), and thread_spinning (on or off, default
+// on; see spinning). Option "format" selects the network:
 // "centernet" (the default) or "yolov8" / "yolo11" (see LoadYOLO).
 func LoadDetector(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if err := checkTask(spec, engine.TaskObjectDetection); err != nil {
@@ -86,11 +87,15 @@ func LoadDetector(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if name == "" {
 		return nil, fmt.Errorf("vision: %s: spec names no \"model\" file", spec.ID)
 	}
+	spin, err := spinning(spec.Options, true)
+	if err != nil {
+		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
+	}
 	s, g, c := int64(d.size), int64(d.grid), int64(len(d.labels))
 	d.m, err = openModel(rt, spec.ID, filepath.Join(spec.Dir, name),
 		[]tensorSpec{{centerNetInput, []int64{1, s, s, 3}}},
 		[]tensorSpec{{centerNetHeat, []int64{1, g, g, c}}, {centerNetSides, []int64{1, g, g, 4}}},
-		1, nSlots)
+		1, nSlots, spin)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
 	}

@@ -82,7 +82,7 @@ func TestConvertedCenterNetMatchesTFJS(t *testing.T) {
 	dir := onnxtest.AssetDir(t, "centernet", "centernet.onnx")
 	m, err := openModel(onnxtest.Runtime(t), "centernet", filepath.Join(dir, "centernet.onnx"),
 		[]tensorSpec{{centerNetInput, []int64{1, 512, 512, 3}}},
-		[]tensorSpec{{centerNetHeat, []int64{1, 128, 128, 80}}, {centerNetSides, []int64{1, 128, 128, 4}}}, 1, 1)
+		[]tensorSpec{{centerNetHeat, []int64{1, 128, 128, 80}}, {centerNetSides, []int64{1, 128, 128, 4}}}, 1, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestConvertedFaceResMatchesTFJS(t *testing.T) {
 	dir := onnxtest.AssetDir(t, "blazeface", "faceres.onnx")
 	m, err := openModel(onnxtest.Runtime(t), "faceres", filepath.Join(dir, "faceres.onnx"),
 		[]tensorSpec{{faceResInput, []int64{1, 224, 224, 3}}},
-		[]tensorSpec{{faceResEmbed, []int64{1, faceResDim}}}, 1, 1)
+		[]tensorSpec{{faceResEmbed, []int64{1, faceResDim}}}, 1, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,9 +42,10 @@ type dynModel struct {
 }
 
 // openDynModel checks the file's signature (names, element types, ranks
-// and any fixed sizes) and opens a session allowing n concurrent runs.
-func openDynModel(rt *onnx.Runtime, id, path string, ins, outs []ioSpec, n int) (*dynModel, error) {
-	sess, err := openSession(rt, path, ins, outs)
+// and any fixed sizes) and opens a session allowing n concurrent runs;
+// spin lets its intra-op threads spin (see spinning).
+func openDynModel(rt *onnx.Runtime, id, path string, ins, outs []ioSpec, n int, spin bool) (*dynModel, error) {
+	sess, err := openSession(rt, path, ins, outs, spin)
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,8 @@ type faces struct {
 // output global_pooling/Mean f32[B,1024]). Options: input_size N (128 or
 // 256, default 256), confidence_threshold (default 0.5), nms_iou (default
 // 0.3), crop_scale (default 1.3) and concurrency, the number of
-// simultaneous runs per model (default 1). Option "format" selects the
+// simultaneous runs per model (default 1), and thread_spinning (on or off,
+// default off; see spinning). Option "format" selects the
 // networks: "blazeface" (the default) or "scrfd" (SCRFD with an optional
 // ArcFace/MobileFaceNet embedder, see LoadSCRFD).
 func LoadFaces(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) {
@@ -96,20 +97,24 @@ func LoadFaces(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 	if name == "" {
 		return nil, fmt.Errorf("vision: %s: spec names no \"detector\" file", spec.ID)
 	}
+	spin, err := spinning(spec.Options, false)
+	if err != nil {
+		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
+	}
 	n := int64(f.size)
 	f.det, err = openModel(rt, spec.ID, filepath.Join(spec.Dir, name),
 		[]tensorSpec{{blazeInput, []int64{1, n, n, 3}}},
 		[]tensorSpec{
 			{blazeScores16, []int64{1, 512, 1}}, {blazeScores8, []int64{1, 384, 1}},
 			{blazeRegress16, []int64{1, 512, 16}}, {blazeRegress8, []int64{1, 384, 16}},
-		}, 1, nSlots)
+		}, 1, nSlots, spin)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: detector: %w", spec.ID, err)
 	}
 	if name := spec.Files["embedder"]; name != "" {
 		f.emb, err = openModel(rt, spec.ID, filepath.Join(spec.Dir, name),
 			[]tensorSpec{{faceResInput, []int64{1, faceResSize, faceResSize, 3}}},
-			[]tensorSpec{{faceResEmbed, []int64{1, faceResDim}}}, faceResBatch, nSlots)
+			[]tensorSpec{{faceResEmbed, []int64{1, faceResDim}}}, faceResBatch, nSlots, spin)
 		if err != nil {
 			f.det.close()
 			return nil, fmt.Errorf("vision: %s: embedder: %w", spec.ID, err)

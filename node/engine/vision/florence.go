@@ -68,7 +68,8 @@ type florence struct {
 // (decoder_start_token_id, eos_token_id, forced_bos_token_id,
 // no_repeat_ngram_size). Options: image_size (768), max_new_tokens (1024),
 // no_repeat_ngram_size (overrides the generation config; 0 turns it off),
-// concurrency (1). The layer and head counts come from the decoder's
+// concurrency (1), thread_spinning (on; see spinning). The layer and head
+// counts come from the decoder's
 // inputs.
 func LoadFlorence(rt *onnx.Runtime, spec engine.Spec) (engine.Describer, error) {
 	if err := checkTask(spec, engine.TaskImageDescription); err != nil {
@@ -87,24 +88,28 @@ func LoadFlorence(rt *onnx.Runtime, spec engine.Spec) (engine.Describer, error) 
 		f.Close()
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
 	}
+	spin, err := spinning(spec.Options, true)
+	if err != nil {
+		return fail(err)
+	}
 	s := int64(f.size)
 	if f.vision, err = openDynModel(rt, spec.ID, path("vision_encoder"),
-		[]ioSpec{f32(flPixels, -1, 3, s, s)}, []ioSpec{f32(flImage, -1, -1, -1)}, nRuns); err != nil {
+		[]ioSpec{f32(flPixels, -1, 3, s, s)}, []ioSpec{f32(flImage, -1, -1, -1)}, nRuns, spin); err != nil {
 		return fail(fmt.Errorf("vision encoder: %w", err))
 	}
 	if f.embed, err = openDynModel(rt, spec.ID, path("embed_tokens"),
-		[]ioSpec{i64(flIDs, -1, -1)}, []ioSpec{f32(flEmbeds, -1, -1, -1)}, nRuns); err != nil {
+		[]ioSpec{i64(flIDs, -1, -1)}, []ioSpec{f32(flEmbeds, -1, -1, -1)}, nRuns, spin); err != nil {
 		return fail(fmt.Errorf("embed tokens: %w", err))
 	}
 	if f.enc, err = openDynModel(rt, spec.ID, path("encoder"),
-		[]ioSpec{f32(flEmbeds, -1, -1, -1), i64(flMask, -1, -1)}, []ioSpec{f32(flHidden, -1, -1, -1)}, nRuns); err != nil {
+		[]ioSpec{f32(flEmbeds, -1, -1, -1), i64(flMask, -1, -1)}, []ioSpec{f32(flHidden, -1, -1, -1)}, nRuns, spin); err != nil {
 		return fail(fmt.Errorf("encoder: %w", err))
 	}
 	ins, outs, err := f.decoderSignature(path("decoder"))
 	if err != nil {
 		return fail(fmt.Errorf("decoder: %w", err))
 	}
-	if f.dec, err = openDynModel(rt, spec.ID, path("decoder"), ins, outs, nRuns); err != nil {
+	if f.dec, err = openDynModel(rt, spec.ID, path("decoder"), ins, outs, nRuns, spin); err != nil {
 		return fail(fmt.Errorf("decoder: %w", err))
 	}
 	return f, nil

@@ -68,7 +68,8 @@ type ocr struct {
 // blank; with use_space "true", the default, the last class is a space).
 // Options: det_limit_side (960), det_min_side (0: off), det_thresh (0.3),
 // box_thresh (0.6), unclip_ratio (1.5), max_candidates (1000), drop_score
-// (0.5), rec_batch (1: see recognize), max_rec_width (3200) and concurrency (1).
+// (0.5), rec_batch (1: see recognize), max_rec_width (3200), concurrency (1)
+// and thread_spinning (on; see spinning).
 func LoadOCR(rt *onnx.Runtime, spec engine.Spec) (engine.TextReader, error) {
 	if err := checkTask(spec, engine.TaskTextRecognition); err != nil {
 		return nil, err
@@ -86,14 +87,18 @@ func LoadOCR(rt *onnx.Runtime, spec engine.Spec) (engine.TextReader, error) {
 			return nil, fmt.Errorf("vision: %s: spec names no %q file", spec.ID, role)
 		}
 	}
+	spin, err := spinning(spec.Options, true)
+	if err != nil {
+		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
+	}
 	o.det, err = openDynModel(rt, spec.ID, filepath.Join(spec.Dir, spec.Files["detector"]),
-		[]ioSpec{f32(ocrDetInput, -1, 3, -1, -1)}, []ioSpec{f32(ocrDetOutput, -1, 1, -1, -1)}, nRuns)
+		[]ioSpec{f32(ocrDetInput, -1, 3, -1, -1)}, []ioSpec{f32(ocrDetOutput, -1, 1, -1, -1)}, nRuns, spin)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: detector: %w", spec.ID, err)
 	}
 	o.rec, err = openDynModel(rt, spec.ID, filepath.Join(spec.Dir, spec.Files["recognizer"]),
 		[]ioSpec{f32(ocrRecInput, -1, 3, ocrRecHeight, -1)},
-		[]ioSpec{f32(ocrRecOutput, -1, -1, int64(len(o.chars)))}, nRuns)
+		[]ioSpec{f32(ocrRecOutput, -1, -1, int64(len(o.chars)))}, nRuns, spin)
 	if err != nil {
 		o.det.close()
 		return nil, fmt.Errorf("vision: %s: recognizer: %w", spec.ID, err)

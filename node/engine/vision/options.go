@@ -46,6 +46,34 @@ func detectOptions(options map[string]string, thr, nms float64) (float32, float3
 	return float32(t), float32(n), runs, nil
 }
 
+// spinningOption is the model option that lets ONNX Runtime's intra-op
+// threads spin while they wait for work ("on", ONNX Runtime's behaviour)
+// or makes them sleep ("off").
+const spinningOption = "thread_spinning"
+
+// spinning parses the thread_spinning option; def is the engine's default.
+// A spinning pool thread keeps polling for work for a while after each
+// parallel section. That helps a model with many operators run alone
+// (CenterNet on a quiet machine: 25-31 ms spinning, 29-37 ms sleeping), but
+// the face engines run two sessions one after the other, and the
+// detector's spinning threads take the cores the embedder's run and the
+// Go pixel work between them need: on the shared 2-core reference machine
+// BlazeFace+FaceRes with one embedding took 24-25 ms sleeping and 29-30 ms
+// spinning, the bare runs alone 21-23 and 23-24 ms (BenchmarkSpinning640).
+// So the face engines default to off, the other engines to on.
+func spinning(options map[string]string, def bool) (bool, error) {
+	switch v := options[spinningOption]; v {
+	case "":
+		return def, nil
+	case "off":
+		return false, nil
+	case "on":
+		return true, nil
+	default:
+		return false, fmt.Errorf("option %s=%q: want on or off", spinningOption, v)
+	}
+}
+
 // checkTask refuses a spec for another task (an empty task is accepted).
 func checkTask(spec engine.Spec, task engine.Task) error {
 	if spec.Task != "" && spec.Task != task {

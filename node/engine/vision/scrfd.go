@@ -63,8 +63,8 @@ type scrfd struct {
 // scores, box distances, then keypoints, per stride, [N,k] or [1,N,k]) and
 // optionally an ArcFace/MobileFaceNet embedder (spec.Files["embedder"]: one
 // input f32[N,3,112,112], one output f32[N,D]). Options: input_size S
-// (640), confidence_threshold (0.5), nms_iou (0.4), concurrency (1).
-// LoadFaces calls it for a spec whose option "format" is "scrfd".
+// (640), confidence_threshold (0.5), nms_iou (0.4), concurrency (1),
+// thread_spinning (off, as for BlazeFace; see spinning). LoadFaces calls it for a spec whose option "format" is "scrfd".
 func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) {
 	if err := checkTask(spec, engine.TaskFaceDetection); err != nil {
 		return nil, err
@@ -83,6 +83,10 @@ func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 	}
 	var nRuns int
 	if f.threshold, f.nms, nRuns, err = detectOptions(spec.Options, DefaultSCRFDThreshold, DefaultSCRFDNMS); err != nil {
+		return fail(err)
+	}
+	spin, err := spinning(spec.Options, false)
+	if err != nil {
 		return fail(err)
 	}
 	if spec.Files["detector"] == "" {
@@ -110,7 +114,7 @@ func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 	for i, o := range outs {
 		outSpecs[i] = ioSpec{name: o, dtype: ort.TensorElementDataTypeFloat}
 	}
-	if f.det, err = openDynModel(rt, spec.ID, path, []ioSpec{f32(in[0], 1, 3, s, s)}, outSpecs, nRuns); err != nil {
+	if f.det, err = openDynModel(rt, spec.ID, path, []ioSpec{f32(in[0], 1, 3, s, s)}, outSpecs, nRuns, spin); err != nil {
 		return fail(fmt.Errorf("detector: %w", err))
 	}
 	if name := spec.Files["embedder"]; name != "" {
@@ -131,7 +135,7 @@ func LoadSCRFD(rt *onnx.Runtime, spec engine.Spec) (engine.FaceAnalyzer, error) 
 		}
 		f.embDim, f.embBatch = dim, batch
 		if f.emb, err = openDynModel(rt, spec.ID, epath, []ioSpec{f32(ein[0], -1, 3, arcSize, arcSize)},
-			[]ioSpec{f32(eout[0], -1, int64(dim))}, nRuns); err != nil {
+			[]ioSpec{f32(eout[0], -1, int64(dim))}, nRuns, spin); err != nil {
 			return fail(fmt.Errorf("embedder: %w", err))
 		}
 	}

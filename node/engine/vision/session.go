@@ -11,6 +11,10 @@ import (
 	"github.com/infermesh/infermesh/node/engine/onnx"
 )
 
+// allowSpinning is ONNX Runtime's session setting for intra-op threads
+// spinning between parallel sections.
+const allowSpinning = "session.intra_op.allow_spinning"
+
 // errClosed is returned by calls on a closed engine.
 var errClosed = errors.New("vision: engine is closed")
 
@@ -67,9 +71,10 @@ type model struct {
 
 // openModel checks the file's signature against ins and outs (a dimension
 // the file leaves dynamic is accepted) and opens a session with nSlots slots
-// of maxBatch items each.
-func openModel(rt *onnx.Runtime, id, path string, ins, outs []tensorSpec, maxBatch, nSlots int) (*model, error) {
-	sess, err := openSession(rt, path, ins, outs)
+// of maxBatch items each; spin lets its intra-op threads spin (see
+// spinning).
+func openModel(rt *onnx.Runtime, id, path string, ins, outs []tensorSpec, maxBatch, nSlots int, spin bool) (*model, error) {
+	sess, err := openSession(rt, path, ins, outs, spin)
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +100,9 @@ type ioSig interface {
 
 // openSession checks that path exists and that its signature has ins and
 // outs (read without optimising the graph), then opens a session over them
-// with the runtime's session options.
-func openSession[S ioSig](rt *onnx.Runtime, path string, ins, outs []S) (*ort.DynamicAdvancedSession, error) {
+// with the runtime's session options, its intra-op threads spinning only
+// when spin is set.
+func openSession[S ioSig](rt *onnx.Runtime, path string, ins, outs []S, spin bool) (*ort.DynamicAdvancedSession, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("model file: %w", err)
 	}
@@ -106,6 +112,12 @@ func openSession[S ioSig](rt *onnx.Runtime, path string, ins, outs []S) (*ort.Dy
 	opts, err := rt.SessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("session options: %w", err)
+	}
+	if !spin {
+		if err := opts.AddSessionConfigEntry(allowSpinning, "0"); err != nil {
+			opts.Destroy()
+			return nil, fmt.Errorf("session option %s: %w", allowSpinning, err)
+		}
 	}
 	sess, err := ort.NewDynamicAdvancedSession(path, names(ins), names(outs), opts)
 	opts.Destroy()

@@ -60,7 +60,8 @@ func yoloAnchors(size int) int {
 // spec.Files["model"] is the ONNX file (input images f32[1,3,S,S], output
 // output0 f32[1,4+C,A]) and spec.Files["labels"] the C class names, one per
 // line. Options: input_size S (default 640, a multiple of 32),
-// confidence_threshold (0.25), nms_iou (0.45), concurrency (1). LoadDetector
+// confidence_threshold (0.25), nms_iou (0.45), concurrency (1),
+// thread_spinning (on; see spinning). LoadDetector
 // calls it for a spec whose option "format" is "yolov8" or "yolo11".
 func LoadYOLO(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if err := checkTask(spec, engine.TaskObjectDetection); err != nil {
@@ -78,11 +79,15 @@ func LoadYOLO(rt *onnx.Runtime, spec engine.Spec) (engine.Detector, error) {
 	if name == "" {
 		return nil, fmt.Errorf("vision: %s: spec names no \"model\" file", spec.ID)
 	}
+	spin, err := spinning(spec.Options, true)
+	if err != nil {
+		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
+	}
 	s := int64(y.size)
 	y.m, err = openModel(rt, spec.ID, filepath.Join(spec.Dir, name),
 		[]tensorSpec{{yoloInput, []int64{1, 3, s, s}}},
 		[]tensorSpec{{yoloOutput, []int64{1, int64(4 + len(y.labels)), int64(y.anchors)}}},
-		1, nSlots)
+		1, nSlots, spin)
 	if err != nil {
 		return nil, fmt.Errorf("vision: %s: %w", spec.ID, err)
 	}
