@@ -34,18 +34,19 @@ const prefillGrace = 20 * time.Millisecond
 // step runs and each row gets its logits; then one chunk (prefill_chunk
 // tokens) of each of the oldest waiting prompts, up to lanes
 // (prefill_parallel, default 2) of them, runs on that prompt's own cache,
-// the chunks concurrently in one session (two prefills side by side on
-// two cores finish sooner than one after the other on both). Chunks wait
-// for the rows to be ready (up to prefillGrace), so they go with a step:
-// a long prompt delays the running sequences by at most one round of
-// chunks per step, a burst of prompts does not stall the rows already
-// decoding, and a prompt that finishes its prefill joins the batch at the
-// next step (its first text often needs that step: the first token can
-// be part of a character). Sampling, stop strings, constraints and
-// streaming stay in each request's goroutine (chat.Model.Generate), between its Forward calls: a
-// step waits for all rows, which only ever waits for sampling, because
-// Chat streams deltas through a goroutine of their own (a slow client does
-// not hold the batch back).
+// the chunks concurrently in one session (two prefills side by side
+// finish a little sooner than one after the other on two idle cores, and
+// much sooner on loaded ones). Chunks wait for the rows to be ready (up to
+// prefillGrace), so they go with a step: a long prompt delays the running
+// sequences by at most one round of chunks per step, a burst of prompts
+// does not stall the rows already decoding, and a prompt that finishes
+// its prefill joins the batch at the next step (its first text often
+// needs that step: the first token can be part of a character). Sampling,
+// stop strings, constraints and streaming stay in each request's
+// goroutine (chat.Model.Generate), between its Forward calls: a step
+// waits for all rows, which only ever waits for sampling, because Chat
+// streams deltas through a goroutine of their own (a slow client does not
+// hold the batch back).
 //
 // Admission: at most maxBatch sequences are admitted (prefilling or
 // decoding), and their cache estimate (rows × the longest reservation
@@ -373,8 +374,9 @@ func (s *scheduler) loop() {
 }
 
 // turn drops the rows that left, runs a decode step if every other row
-// has handed over its next token, then (with prefill) one chunk of each of the oldest
-// waiting prompts, up to lanes of them at once. The caller holds turnMu.
+// has handed over its next token, then (with prefill) one chunk of each
+// of the oldest waiting prompts, up to lanes of them at once. The caller
+// holds turnMu.
 func (s *scheduler) turn(prefill bool) {
 	s.mu.Lock()
 	if s.closed {
