@@ -32,6 +32,10 @@ const (
 	defaultQueuePerSlot = 4 // default max_queue: this many per batch slot
 	defaultKVMemoryMB   = 1024
 	defaultPrefillChunk = 128
+	// defaultPrefillParallel is how many waiting prompts prefill at once,
+	// side by side in the session (see scheduler): two, one per core of
+	// the 2-core reference machine.
+	defaultPrefillParallel = 2
 
 	// spinningOption is the model option that lets ONNX Runtime's intra-op
 	// threads spin between operators ("on") instead of sleeping ("off",
@@ -92,6 +96,8 @@ type decoder struct {
 //   - kv_memory_mb: budget of the batch's key/value cache (default 1024);
 //   - prefill_chunk: prompt tokens per prefill run, interleaved with the
 //     batch's decode steps (default 128, at most 8 Mi logit floats);
+//   - prefill_parallel: waiting prompts whose chunks run at once, side by
+//     side in the session (default 2; 1 prefills one prompt at a time);
 //   - prefix_cache_mb: memory of the prefix cache (default 256; 0 turns it
 //     off) and prefix_block: tokens per cached block (default 64);
 //   - thread_spinning: "on" lets idle intra-op threads spin (ONNX
@@ -150,7 +156,12 @@ func (d *decoder) start(opts map[string]string) error {
 	if prefixMB > 0 {
 		d.prefix = newPrefixCache(int64(prefixMB)<<20, block, d.layers, d.kvHeads, d.headDim)
 	}
-	d.sched, err = newScheduler(d, maxBatch, maxQueue, int64(kvMB)<<20, d.prefix)
+	lanes, err := IntOption(opts, "prefill_parallel", defaultPrefillParallel, 1, 64)
+	if err != nil {
+		return err
+	}
+	d.sched, err = newScheduler(d, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, kvBudget: int64(kvMB) << 20,
+		lanes: lanes}, d.prefix)
 	return err
 }
 

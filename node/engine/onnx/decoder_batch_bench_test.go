@@ -279,3 +279,81 @@ func BenchmarkChatPrefixFollowUp(b *testing.B) {
 	st := warm.PrefixStats()
 	b.Logf("prefix stats: %+v", st)
 }
+
+// BenchmarkChatPrefillParallel compares the prefill policies of the
+// scheduler on the ChatBatching workload: the model loaded once per
+// prefill_parallel setting (1: one waiting prompt's chunk per turn, the
+// earlier scheduler; 2: the default), and each iteration runs, for every
+// setting in turn (rotating which goes first), one stream alone and a
+// burst of 8. Ratios divide each setting's burst figures by the mean of
+// the iteration's lone streams (all settings), so the settings share a
+// denominator; medians over iterations are reported and every iteration
+// is logged.
+//
+//	go test ./node/engine/onnx -run '^$' -bench ChatPrefillParallel -benchtime 4x
+func BenchmarkChatPrefillParallel(b *testing.B) {
+	dir := benchLlamaDir(b)
+	settings := []string{"1", "2"}
+	ds := make([]*decoder, len(settings))
+	for i, lanes := range settings {
+		ds[i] = loadTinyLlamaOpts(b, dir, map[string]string{"prefix_cache_mb": "0", "prefill_parallel": lanes})
+		if _, err := ds[i].Chat(context.Background(), engine.ChatRequest{Messages: benchPrompt(0), MaxTokens: 4, Temperature: temp(0)}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type measure struct{ toks, tpot, ttft float64 }
+	run := func(d *decoder, streams int) measure {
+		res := make([]streamTiming, streams)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range streams {
+			req := engine.ChatRequest{Messages: benchPrompt(i), MaxTokens: benchAnswerTokens, Temperature: temp(0)}
+			wg.Go(func() { res[i] = timedChat(b, d, req, 0, nil) })
+		}
+		wg.Wait()
+		wall := time.Since(start)
+		var m measure
+		for _, t := range res {
+			m.toks += float64(t.tokens)
+			m.tpot += float64(t.tpot) / 1e6 / float64(streams)
+			m.ttft += float64(t.ttft) / 1e6 / float64(streams)
+		}
+		m.toks /= wall.Seconds()
+		return m
+	}
+	ratios := make([][][3]float64, len(settings)) // setting, iteration: x-tok/s, x-tpot, x-ttft
+	round := 0
+	for b.Loop() {
+		single := make([]measure, len(settings))
+		burst := make([]measure, len(settings))
+		for k := range settings {
+			i := (k + round) % len(settings)
+			single[i] = run(ds[i], 1)
+			burst[i] = run(ds[i], 8)
+		}
+		var one measure
+		for _, m := range single {
+			one.toks += m.toks / float64(len(single))
+			one.tpot += m.tpot / float64(len(single))
+			one.ttft += m.ttft / float64(len(single))
+		}
+		for i, lanes := range settings {
+			x := [3]float64{burst[i].toks / one.toks, burst[i].tpot / one.tpot, burst[i].ttft / one.ttft}
+			ratios[i] = append(ratios[i], x)
+			b.Logf("round %d prefill_parallel=%s: x-tok/s %.2f x-tpot %.2f x-ttft %.2f (burst ttft %.0f ms, tpot %.0f ms; lone streams ttft %.0f ms, tpot %.0f ms)",
+				round+1, lanes, x[0], x[1], x[2], burst[i].ttft, burst[i].tpot, one.ttft, one.tpot)
+		}
+		round++
+	}
+	for i, lanes := range settings {
+		for j, name := range []string{"x-tok/s", "x-tpot", "x-ttft"} {
+			v := make([]float64, len(ratios[i]))
+			for k, x := range ratios[i] {
+				v[k] = x[j]
+			}
+			sort.Float64s(v)
+			b.ReportMetric(v[len(v)/2], "p"+lanes+"-"+name)
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}

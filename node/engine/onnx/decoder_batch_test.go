@@ -491,3 +491,90 @@ func TestBatchKVBudget(t *testing.T) {
 	x.close()
 	y.close()
 }
+
+// TestBatchBurstPrefillsSideBySide: prompts that wait together prefill
+// side by side (prefill_parallel), chunk by chunk, while a running
+// request keeps decoding; every answer is still the one it gets alone.
+func TestBatchBurstPrefillsSideBySide(t *testing.T) {
+	d := loadTinyLlamaOpts(t, genTinyLlama(t, "fp32"), map[string]string{"prefill_chunk": "8", "prefill_parallel": "3", "prefix_cache_mb": "0"})
+	prompts := []string{
+		"Tell me a story about the sea, with ships and storms.",
+		"hi",
+		strings.Repeat("The river ran fast under the old stone bridge. ", 3),
+		"What is the weather like in Paris today, and tomorrow?",
+		"Count with me: one, two, three, four, five, six.",
+	}
+	plans := make([]*chat.Plan, len(prompts))
+	want := make([]engine.ChatResponse, len(prompts))
+	for i, p := range prompts {
+		plan, err := d.model.Prepare(engine.ChatRequest{Messages: userMsg(p), MaxTokens: 20 + 5*i, Temperature: temp(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[i], want[i] = plan, unbatched(t, d, plan)
+	}
+	got := make([]batchResult, len(plans))
+	var wg sync.WaitGroup
+	run := func(i int) {
+		wg.Go(func() {
+			q, err := d.sched.admit(context.Background(), len(plans[i].Prompt)+plans[i].MaxTokens)
+			if err != nil {
+				got[i].err = err
+				return
+			}
+			defer q.close()
+			got[i].resp, got[i].err = d.model.Generate(context.Background(), plans[i], q, nil)
+		})
+	}
+	// The first request decodes while the others' prompts arrive; the
+	// test holds the scheduler's turn until all four wait, so they start
+	// their prefills together.
+	joined := make(chan struct{})
+	wg.Go(func() {
+		q, err := d.sched.admit(context.Background(), len(plans[0].Prompt)+plans[0].MaxTokens)
+		if err != nil {
+			got[0].err = err
+			close(joined)
+			return
+		}
+		defer q.close()
+		f := &hookForwarder{f: q, hook: func(n int) {
+			if n == 3 {
+				close(joined)
+			}
+		}}
+		got[0].resp, got[0].err = d.model.Generate(context.Background(), plans[0], f, nil)
+	})
+	<-joined
+	d.sched.turnMu.Lock()
+	for i := 1; i < len(plans); i++ {
+		run(i)
+	}
+	for {
+		d.sched.mu.Lock()
+		n := len(d.sched.prefillQ)
+		d.sched.mu.Unlock()
+		if n == len(plans)-1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	d.sched.turnMu.Unlock()
+	wg.Wait()
+	for i := range plans {
+		if got[i].err != nil {
+			t.Fatalf("request %d: %v", i, got[i].err)
+		}
+		g, w := got[i].resp, want[i]
+		if g.Message.Content != w.Message.Content || g.Usage != w.Usage || g.FinishReason != w.FinishReason {
+			t.Errorf("request %d: batched %q (%+v, %s), alone %q (%+v, %s)", i, g.Message.Content, g.Usage, g.FinishReason, w.Message.Content, w.Usage, w.FinishReason)
+		}
+	}
+	d.sched.mu.Lock()
+	widest := d.sched.widest
+	d.sched.mu.Unlock()
+	if widest != 3 {
+		t.Fatalf("at most %d prompts prefilled side by side, want 3 (prefill_parallel)", widest)
+	}
+	waitIdle(t, d)
+}
