@@ -571,17 +571,7 @@ func TestMultiplexStuckSenderHonoursItsContext(t *testing.T) {
 			cancels[i]()
 		}
 	}
-	limit := time.After(30 * time.Second) // a hang guard, not a timing assertion
-	for got := 0; got < n; got++ {
-		select {
-		case err := <-errs:
-			if err == nil {
-				t.Fatal("a call through a frozen path succeeded")
-			}
-		case <-limit:
-			t.Fatalf("%d of %d callers still stuck behind a stalled write", n-got, n)
-		}
-	}
+	awaitFailures(t, errs, n, false, "callers still stuck behind a stalled write")
 }
 
 // TestMultiplexSilentPeerFailsCallsRetryably: calls waiting on the stream
@@ -614,6 +604,14 @@ func TestMultiplexSilentPeerFailsCallsRetryably(t *testing.T) {
 			errs <- err
 		}()
 	}
+	awaitFailures(t, errs, n, true, "calls still wait on a silent peer")
+}
+
+// awaitFailures reads n call results from errs: every call through the
+// frozen path must fail (retryably, with retryable set). stuck describes
+// the calls that have not answered when the hang guard fires.
+func awaitFailures(t *testing.T, errs <-chan error, n int, retryable bool, stuck string) {
+	t.Helper()
 	limit := time.After(30 * time.Second) // a hang guard, not a timing assertion
 	for got := 0; got < n; got++ {
 		select {
@@ -621,11 +619,11 @@ func TestMultiplexSilentPeerFailsCallsRetryably(t *testing.T) {
 			if err == nil {
 				t.Fatal("a call through a frozen path succeeded")
 			}
-			if !forward.Retryable(err) {
-				t.Fatalf("call through a silent peer failed with a final error: %v", err)
+			if retryable && !forward.Retryable(err) {
+				t.Fatalf("call through a frozen path failed with a final error: %v", err)
 			}
 		case <-limit:
-			t.Fatalf("%d of %d calls still wait on a silent peer", n-got, n)
+			t.Fatalf("%d of %d %s", n-got, n, stuck)
 		}
 	}
 }

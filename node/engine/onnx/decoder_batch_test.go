@@ -161,15 +161,7 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 		want[i] = unbatched(t, d, p)
 	}
 	got := runStaged(t, d, plans, cases)
-	for i := range cases {
-		if got[i].err != nil {
-			t.Fatalf("request %d: %v", i, got[i].err)
-		}
-		g, w := got[i].resp, want[i]
-		if g.Message.Content != w.Message.Content || g.Usage != w.Usage || g.FinishReason != w.FinishReason {
-			t.Errorf("request %d: batched %q (%+v, %s), alone %q (%+v, %s)", i, g.Message.Content, g.Usage, g.FinishReason, w.Message.Content, w.Usage, w.FinishReason)
-		}
-	}
+	sameAnswers(t, got, want)
 	st := d.BatchStats()
 	t.Logf("batch stats %+v", st)
 	if st.Steps == 0 || st.StepRows <= st.Steps {
@@ -561,7 +553,21 @@ func TestBatchBurstPrefillsSideBySide(t *testing.T) {
 	}
 	d.sched.turnMu.Unlock()
 	wg.Wait()
-	for i := range plans {
+	sameAnswers(t, got, want)
+	d.sched.mu.Lock()
+	widest := d.sched.widest
+	d.sched.mu.Unlock()
+	if widest != 3 {
+		t.Fatalf("at most %d prompts prefilled side by side, want 3 (prefill_parallel)", widest)
+	}
+	waitIdle(t, d)
+}
+
+// sameAnswers fails unless every batched request succeeded with the
+// answer (text, usage, finish reason) it gives alone.
+func sameAnswers(t *testing.T, got []batchResult, want []engine.ChatResponse) {
+	t.Helper()
+	for i := range got {
 		if got[i].err != nil {
 			t.Fatalf("request %d: %v", i, got[i].err)
 		}
@@ -570,11 +576,4 @@ func TestBatchBurstPrefillsSideBySide(t *testing.T) {
 			t.Errorf("request %d: batched %q (%+v, %s), alone %q (%+v, %s)", i, g.Message.Content, g.Usage, g.FinishReason, w.Message.Content, w.Usage, w.FinishReason)
 		}
 	}
-	d.sched.mu.Lock()
-	widest := d.sched.widest
-	d.sched.mu.Unlock()
-	if widest != 3 {
-		t.Fatalf("at most %d prompts prefilled side by side, want 3 (prefill_parallel)", widest)
-	}
-	waitIdle(t, d)
 }
