@@ -99,7 +99,8 @@ chaos-short: build assets
 	INFERMESH_CHAOS_BIN=$(CURDIR)/$(BIN) go test -count=1 -run TestChaosShort -v ./chaos
 
 # gofmt, go vet, staticcheck, the dead-code check (scripts/deadcode.sh),
-# buf lint, buf breaking against main, and a check that the generated
+# buf lint, buf breaking against main and against the released baseline
+# (proto/breaking-baseline), and a check that the generated
 # protobuf code is what buf generates now.
 lint: tools
 	@for f in .ci/run scripts/*.sh; do bash -n $$f || { echo "shell syntax: $$f"; exit 1; }; done
@@ -108,7 +109,8 @@ lint: tools
 	staticcheck ./...
 	scripts/deadcode.sh
 	buf lint
-	@if git rev-parse --verify -q main >/dev/null && [ "$$(git rev-parse HEAD)" != "$$(git rev-parse main)" ]; then buf breaking --against '.git#branch=main'; else echo "buf breaking: HEAD is main, nothing to compare"; fi
+	@if git rev-parse --verify -q main >/dev/null && [ "$$(git rev-parse HEAD)" != "$$(git rev-parse main)" ]; then buf breaking --against '.git#branch=main'; fi
+	@base=$$(cat proto/breaking-baseline); if git cat-file -e "$$base^{commit}" 2>/dev/null; then buf breaking --against ".git#ref=$$base" && echo "buf breaking: compatible with $$base"; else echo "buf breaking: baseline $$base not in this clone"; exit 1; fi
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && buf generate -o $$tmp && diff -r $$tmp/proto/gen proto/gen >/dev/null || { echo "proto/gen is stale: run make proto"; exit 1; }
 
 # Lint and code-generation tools, installed into $(CACHE)/bin at pinned
