@@ -60,6 +60,15 @@ func (v View) Policy() Policy {
 	return p
 }
 
+// PolicyRevision returns the raft index of the policy's last change (0
+// before any policy is set), without copying the policy: a reader that
+// caches what it derives from Policy checks it per request.
+func (v View) PolicyRevision() uint64 {
+	var rev uint64
+	v.f.read(func(s *state) { rev = s.policy.revision })
+	return rev
+}
+
 // NodePolicy returns one node's routing settings.
 func (v View) NodePolicy(nodeID string) (NodePolicy, bool) {
 	var (

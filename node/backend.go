@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -106,12 +107,93 @@ func (n *backend) Model(id string) (api.Model, bool) {
 		}
 		return am, true
 	}
-	for _, m := range n.Models() {
-		if m.ID == id || (m.WireID != "" && m.WireID == id) {
+	// What Models would list, built only for the ids that can match: the
+	// full list (every model's lifecycle, a sort) per routed request
+	// showed in the entry node's profile.
+	matches := func(canonical, wire string) bool { return canonical == id || (wire != "" && wire == id) }
+	var ids []string
+	for _, m := range n.store.List() {
+		if matches(m.ID, m.WireID()) {
+			ids = append(ids, m.ID)
+		}
+	}
+	for _, m := range n.engines.upstreamModels() {
+		if matches(m.ID, m.WireID) {
+			ids = append(ids, m.ID)
+		}
+	}
+	var peers []route.Peer
+	if n.cluster.mesh != nil {
+		peers = n.cluster.mesh.Peers()
+		for _, p := range peers {
+			if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
+				continue
+			}
+			for mid, pm := range p.Models {
+				if matches(mid, pm.WireID) {
+					ids = append(ids, mid)
+				}
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return api.Model{}, false
+	}
+	// Models sorts by id: the smallest matching id wins.
+	slices.Sort(ids)
+	for _, cid := range slices.Compact(ids) {
+		if m, ok := n.merged(cid, peers); ok && matches(m.ID, m.WireID) {
 			return m, true
 		}
 	}
 	return api.Model{}, false
+}
+
+// merged is the entry Models lists for the model id, from the store, the
+// providers and the given peers, merged the same way (false when no
+// source has it or it is blocked).
+func (n *backend) merged(id string, peers []route.Peer) (api.Model, bool) {
+	var (
+		m     api.Model
+		found bool
+	)
+	for _, sm := range n.store.List() {
+		if sm.ID == id {
+			m, found = n.toAPI(sm), true
+		}
+	}
+	for _, um := range n.engines.upstreamModels() {
+		if um.ID == id {
+			m, found = um, true
+		}
+	}
+	for _, p := range peers {
+		if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
+			continue
+		}
+		pm, ok := p.Models[id]
+		if !ok {
+			continue
+		}
+		if found {
+			m.Warm = m.Warm || pm.Warm
+			m.SizeBytes = max(m.SizeBytes, pm.SizeBytes)
+			continue
+		}
+		runtime, _, _ := strings.Cut(id, "/")
+		m, found = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm, SizeBytes: pm.SizeBytes}, true
+	}
+	if !found {
+		return api.Model{}, false
+	}
+	lc, repl := n.cluster.modelLifecycle(id)
+	if lc == consensus.LifecycleBlocked {
+		return api.Model{}, false
+	}
+	if lc == consensus.LifecycleDeprecated {
+		m.Deprecation = cmp.Or(repl, "true")
+	}
+	return m, true
 }
 
 // ImageGate is the node's image gate (api.ImageGater): ImageConcurrency

@@ -192,13 +192,16 @@ type replicatedPolicy struct {
 
 // Policy returns the routing policy now in force.
 func (r *replicatedPolicy) Policy() dispatch.Policy {
-	p := r.raft.State().Policy()
-	if p.Revision == 0 {
+	// The revision alone first: copying the whole policy (sorted nodes and
+	// models) per request showed in the entry node's profile.
+	rev := r.raft.State().PolicyRevision()
+	if rev == 0 {
 		return r.fallback
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p.Revision != r.rev {
+	if rev != r.rev {
+		p := r.raft.State().Policy()
 		s, err := route.ParseStrategy(p.Strategy)
 		if err != nil {
 			s = r.fallback.Strategy

@@ -36,6 +36,10 @@
 #   HOPBENCH_STREAM    0: the entry node gives every request a Connect
 #                      call of its own (--forward-stream=false); default:
 #                      the multiplexed stream, as a node does by default
+#   HOPBENCH_A_ENV    environment assignments for the entry node A only,
+#                      e.g. "GOGC=400" (its live heap is a few MB, so at
+#                      Go's default its GC runs every few hundred requests)
+#                      or "GOMAXPROCS=1"
 #   HOPBENCH_INSTALL=1 install wrk, nginx and haproxy with apt-get when
 #                      missing (needs root)
 #   HOPBENCH_MODEL     model folder to import into B (default
@@ -121,7 +125,7 @@ mkdir -p "$W/a" "$W/b"
   --gossip-listen 127.0.0.1:$B_GOSSIP --rpc-listen 127.0.0.1:$B_RPC --cluster-secret $SECRET \
   --audit=false --dashboard=false 2>"$W/b.log" &
 B_PID=$!; PIDS+=("$B_PID")
-"$W/infermesh" serve --data-dir "$W/a" --node-id hop-a --listen 127.0.0.1:$A_HTTP \
+env ${HOPBENCH_A_ENV:-} "$W/infermesh" serve --data-dir "$W/a" --node-id hop-a --listen 127.0.0.1:$A_HTTP \
   --gossip-listen 127.0.0.1:$A_GOSSIP --rpc-listen 127.0.0.1:$A_RPC --cluster-secret $SECRET \
   --join 127.0.0.1:$B_GOSSIP --audit=false --dashboard=false --forward-stream=$([ "${HOPBENCH_STREAM:-1}" = 0 ] && echo false || echo true) 2>"$W/a.log" &
 A_PID=$!; PIDS+=("$A_PID")

@@ -200,6 +200,9 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "infermesh serve: %v\n", err)
 		return 1
 	}
+	gcCtx, stopGC := context.WithCancel(context.Background())
+	defer stopGC()
+	go keepGCFloor(gcCtx)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -245,13 +245,18 @@ func (mc *muxConn) forward(ctx context.Context, msg *forwardv1.ForwardRequest, u
 	// watch the write: stuck past muxSendStall, it ends the stream, which
 	// releases the write and fails the calls retryably (before their head,
 	// dispatch tries the next candidate).
-	var pushed atomic.Bool
-	unwatch := context.AfterFunc(ctx, func() { mc.watchStall(&pushed) })
+	// One context watch serves both: the stall watch while the frame is
+	// being pushed, and abandoning the call afterwards (two registrations
+	// per call showed in the entry node's allocations).
+	call.stop = context.AfterFunc(ctx, func() {
+		if !call.pushed.Load() {
+			mc.watchStall(&call.pushed)
+		}
+		call.abandon()
+	})
 	mc.push(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Call{Call: frame}}, bp)
-	pushed.Store(true)
-	unwatch()
+	call.pushed.Store(true)
 	mc.c.met.muxCalls.Inc()
-	call.stop = context.AfterFunc(ctx, func() { call.abandon() })
 	return &Stream{m: call, ctx: ctx, met: mc.c.met}, nil
 }
 
@@ -355,6 +360,7 @@ type muxCall struct {
 	gone   chan struct{} // closed when the caller abandons the call
 	once   sync.Once
 	stop   func() bool // stops the context watch
+	pushed atomic.Bool // the call's frame was handed to the stream
 }
 
 // recv returns the call's next frame, the stream's failure once the frames

@@ -75,9 +75,15 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 	dst.Set(BackendHeader, p.ID)
 	w.WriteHeader(head.Status)
 	o := Outcome{Backend: p.ID, Status: head.Status, Forwarded: true}
-	rc := http.NewResponseController(w)
-	if head.Flush {
+	var rc *http.ResponseController // made at the first flush: most answers never flush
+	flushClient := func() {
+		if rc == nil {
+			rc = http.NewResponseController(w)
+		}
 		_ = rc.Flush()
+	}
+	if head.Flush {
+		flushClient()
 	}
 	for {
 		chunk, flush, err := s.Next()
@@ -102,7 +108,7 @@ func (d *Dispatcher) tryRemote(w http.ResponseWriter, r *http.Request, f Facts, 
 		// Flush where the serving handler flushed (server-sent events), and
 		// let the HTTP server buffer everything else.
 		if flush {
-			_ = rc.Flush()
+			flushClient()
 		}
 	}
 }
