@@ -3,7 +3,6 @@ package node
 import (
 	"cmp"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -52,8 +51,25 @@ func (n *backend) toAPI(m *models.Manifest) api.Model {
 	}
 }
 
-// Models lists the models this node or any routable peer serves.
+// Models lists the mesh's models: this node's installed ones, the
+// configured providers' and those the routable peers gossip, merged by
+// canonical id, without the ones the operator blocked, sorted by id.
 func (n *backend) Models() []api.Model {
+	seen := n.merge()
+	out := make([]api.Model, 0, len(seen))
+	for _, m := range seen {
+		if m, ok := n.withLifecycle(m); ok {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// merge is the mesh's models by canonical id: the store's, the
+// providers' (over the store's), and the routable peers' (adding warmth
+// and size to an entry already seen).
+func (n *backend) merge() map[string]api.Model {
 	seen := map[string]api.Model{}
 	for _, m := range n.store.List() {
 		seen[m.ID] = n.toAPI(m)
@@ -61,132 +77,32 @@ func (n *backend) Models() []api.Model {
 	for _, m := range n.engines.upstreamModels() {
 		seen[m.ID] = m
 	}
-	if n.cluster.mesh != nil {
-		for _, p := range n.cluster.mesh.Peers() {
-			if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
-				continue
-			}
-			for id, pm := range p.Models {
-				if cur, ok := seen[id]; ok {
-					cur.Warm = cur.Warm || pm.Warm
-					cur.SizeBytes = max(cur.SizeBytes, pm.SizeBytes)
-					seen[id] = cur
-					continue
-				}
-				runtime, _, _ := strings.Cut(id, "/")
-				seen[id] = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm, SizeBytes: pm.SizeBytes}
-			}
-		}
+	if n.cluster.mesh == nil {
+		return seen
 	}
-	out := make([]api.Model, 0, len(seen))
-	for _, m := range seen {
-		// Models the operator blocked are hidden (and so not routable).
-		lc, repl := n.cluster.modelLifecycle(m.ID)
-		if lc == consensus.LifecycleBlocked {
-			continue
-		}
-		if lc == consensus.LifecycleDeprecated {
-			m.Deprecation = cmp.Or(repl, "true")
-		}
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
-
-// Model resolves a canonical or wire id among the mesh's models.
-func (n *backend) Model(id string) (api.Model, bool) {
-	if m, err := n.store.Get(id); err == nil {
-		lc, repl := n.cluster.modelLifecycle(m.ID)
-		if lc == consensus.LifecycleBlocked {
-			return api.Model{}, false
-		}
-		am := n.toAPI(m)
-		if lc == consensus.LifecycleDeprecated {
-			am.Deprecation = cmp.Or(repl, "true")
-		}
-		return am, true
-	}
-	// What Models would list, built only for the ids that can match: the
-	// full list (every model's lifecycle, a sort) per routed request
-	// showed in the entry node's profile.
-	matches := func(canonical, wire string) bool { return canonical == id || (wire != "" && wire == id) }
-	var ids []string
-	for _, m := range n.store.List() {
-		if matches(m.ID, m.WireID()) {
-			ids = append(ids, m.ID)
-		}
-	}
-	for _, m := range n.engines.upstreamModels() {
-		if matches(m.ID, m.WireID) {
-			ids = append(ids, m.ID)
-		}
-	}
-	var peers []route.Peer
-	if n.cluster.mesh != nil {
-		peers = n.cluster.mesh.Peers()
-		for _, p := range peers {
-			if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
-				continue
-			}
-			for mid, pm := range p.Models {
-				if matches(mid, pm.WireID) {
-					ids = append(ids, mid)
-				}
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return api.Model{}, false
-	}
-	// Models sorts by id: the smallest matching id wins.
-	slices.Sort(ids)
-	for _, cid := range slices.Compact(ids) {
-		if m, ok := n.merged(cid, peers); ok && matches(m.ID, m.WireID) {
-			return m, true
-		}
-	}
-	return api.Model{}, false
-}
-
-// merged is the entry Models lists for the model id, from the store, the
-// providers and the given peers, merged the same way (false when no
-// source has it or it is blocked).
-func (n *backend) merged(id string, peers []route.Peer) (api.Model, bool) {
-	var (
-		m     api.Model
-		found bool
-	)
-	for _, sm := range n.store.List() {
-		if sm.ID == id {
-			m, found = n.toAPI(sm), true
-		}
-	}
-	for _, um := range n.engines.upstreamModels() {
-		if um.ID == id {
-			m, found = um, true
-		}
-	}
-	for _, p := range peers {
+	for _, p := range n.cluster.mesh.Peers() {
 		if p.Self || p.Health == route.HealthDraining || p.Health == route.HealthUnknown {
 			continue
 		}
-		pm, ok := p.Models[id]
-		if !ok {
-			continue
+		for id, pm := range p.Models {
+			if cur, ok := seen[id]; ok {
+				cur.Warm = cur.Warm || pm.Warm
+				cur.SizeBytes = max(cur.SizeBytes, pm.SizeBytes)
+				seen[id] = cur
+				continue
+			}
+			runtime, _, _ := strings.Cut(id, "/")
+			seen[id] = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm, SizeBytes: pm.SizeBytes}
 		}
-		if found {
-			m.Warm = m.Warm || pm.Warm
-			m.SizeBytes = max(m.SizeBytes, pm.SizeBytes)
-			continue
-		}
-		runtime, _, _ := strings.Cut(id, "/")
-		m, found = api.Model{ID: id, WireID: pm.WireID, Runtime: runtime, Task: pm.Task, Created: pm.Created, Warm: pm.Warm, SizeBytes: pm.SizeBytes}, true
 	}
-	if !found {
-		return api.Model{}, false
-	}
-	lc, repl := n.cluster.modelLifecycle(id)
+	return seen
+}
+
+// withLifecycle applies the replicated lifecycle to a listed model: false
+// for one the operator blocked (hidden, so not routable), the replacement
+// marked on a deprecated one.
+func (n *backend) withLifecycle(m api.Model) (api.Model, bool) {
+	lc, repl := n.cluster.modelLifecycle(m.ID)
 	if lc == consensus.LifecycleBlocked {
 		return api.Model{}, false
 	}
@@ -194,6 +110,30 @@ func (n *backend) merged(id string, peers []route.Peer) (api.Model, bool) {
 		m.Deprecation = cmp.Or(repl, "true")
 	}
 	return m, true
+}
+
+// Model resolves a canonical or wire id among the mesh's models: the
+// entry Models would list first among those matching. Only the matching
+// entries are checked against the lifecycle and nothing is sorted (the
+// whole list per routed request showed in the entry node's profile).
+func (n *backend) Model(id string) (api.Model, bool) {
+	if m, err := n.store.Get(id); err == nil {
+		return n.withLifecycle(n.toAPI(m))
+	}
+	var best api.Model
+	found := false
+	for _, m := range n.merge() {
+		if m.ID != id && (m.WireID == "" || m.WireID != id) {
+			continue
+		}
+		if found && m.ID >= best.ID {
+			continue
+		}
+		if m, ok := n.withLifecycle(m); ok {
+			best, found = m, true
+		}
+	}
+	return best, found
 }
 
 // ImageGate is the node's image gate (api.ImageGater): ImageConcurrency
