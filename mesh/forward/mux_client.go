@@ -254,9 +254,11 @@ func (mc *muxConn) forward(ctx context.Context, msg *forwardv1.ForwardRequest, u
 		}
 		call.abandon()
 	})
+	// Counted before the push: once the frame is out the peer may answer
+	// (and a watcher may read the counter) before this goroutine resumes.
+	mc.c.met.muxCalls.Inc()
 	mc.push(&forwardv1.MultiplexRequest{Frame: &forwardv1.MultiplexRequest_Call{Call: frame}}, bp)
 	call.pushed.Store(true)
-	mc.c.met.muxCalls.Inc()
 	return &Stream{m: call, ctx: ctx, met: mc.c.met}, nil
 }
 
