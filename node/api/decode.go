@@ -117,8 +117,19 @@ func goTypeName(t string) string {
 // what a handler refusing the body answers with.
 func peekRoute(body []byte) (model string, stream bool, err error) {
 	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(body, &probe); err != nil {
-		return "", false, jsonError(err)
+	// An image request's picture is neither here nor there for routing:
+	// the probe reads the body without it (see bigString), unless that
+	// body does not decode, whose error comes from the whole body.
+	probed := false
+	if s, e, ok := bigString(body, "image"); ok {
+		rest := append(append(make([]byte, 0, len(body)-(e-s)), body[:s]...), body[e:]...)
+		probed = json.Unmarshal(rest, &probe) == nil
+	}
+	if !probed {
+		probe = nil
+		if err := json.Unmarshal(body, &probe); err != nil {
+			return "", false, jsonError(err)
+		}
 	}
 	stream = string(bytes.TrimSpace(probe["stream"])) == "true"
 	model, err = modelOf(probe)

@@ -48,7 +48,7 @@ func checkImageRequest(model, img string) error {
 
 func parseBackground(body []byte) (*backgroundRequest, error) {
 	var req backgroundRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := decodeWithBigString(body, &req, "image", &req.Image); err != nil {
 		return nil, err
 	}
 	if err := checkImageRequest(req.Model, req.Image); err != nil {
@@ -60,7 +60,7 @@ func parseBackground(body []byte) (*backgroundRequest, error) {
 func parseDetections(faces bool) func(body []byte) (*detectionsRequest, error) {
 	return func(body []byte) (*detectionsRequest, error) {
 		var req detectionsRequest
-		if err := decodeStrict(body, &req); err != nil {
+		if err := decodeWithBigString(body, &req, "image", &req.Image); err != nil {
 			return nil, err
 		}
 		if !faces && req.ReturnEmbeddings {
@@ -276,7 +276,7 @@ type describeRequest struct {
 
 func parseDescribe(body []byte) (*describeRequest, error) {
 	var req describeRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := decodeWithBigString(body, &req, "image", &req.Image); err != nil {
 		return nil, err
 	}
 	if err := checkImageRequest(req.Model, req.Image); err != nil {
