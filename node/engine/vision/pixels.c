@@ -7,11 +7,14 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <math.h>
 
 // No contraction of a*b + c into one fused multiply-add: clang honours
 // the pragma; GCC ignores it but does not contract in ISO C mode.
+#ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
+#endif
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__STRICT_ANSI__)
 #error "pixels.c needs ISO C mode (-std=c11) so that GCC does not fuse multiply-adds"
 #endif
@@ -361,12 +364,136 @@ static void rot_sse2(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h,
 		}
 	}
 }
+// rot_batch is rot_sse2 computing the coordinates of a whole row of
+// sub-samples at a time (loops the compiler vectorises: u*cos and u*sin
+// once per call, floor by truncation and correction), then the bilinear
+// samples from those arrays. Same operations on the same values, so the
+// same bits. A row whose coordinates are not all within +-2^30 goes
+// through rot_sse2 (the int64 floor of Go's conversion).
+static int rot_batch(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h, double cx, double cy, double cs,
+	double sn, const double *offs, int k, int size, int j0, int j1, float *dst, float mul, float add) {
+	int n = size * k;
+	// ucs, usn: doubles; xi, yi: int32; fx, fy: floats; acc: 4 floats a pixel.
+	size_t bytes = (size_t)n * (2 * sizeof(double) + 2 * sizeof(int32_t) + 2 * sizeof(float)) + (size_t)size * 4 * sizeof(float) + 64;
+	double *ucs = malloc(bytes);
+	if (ucs == NULL) {
+		return 0;
+	}
+	double *usn = ucs + n;
+	int32_t *xi = (int32_t *)(usn + n), *yi = xi + n;
+	float *fxs = (float *)(yi + n), *fys = fxs + n, *acc = fys + n;
+	for (int m = 0; m < n; m++) {
+		ucs[m] = offs[m] * cs;
+		usn[m] = offs[m] * sn;
+	}
+	const __m128i zero = _mm_setzero_si128();
+	const __m128 vinv = _mm_set1_ps(1 / (float)(k * k)), vm = _mm_set1_ps(mul), va = _mm_set1_ps(add);
+	const double lim = 1073741824.0;
+	for (int j = j0; j < j1; j++) {
+		for (int m = 0; m < 4 * size; m++) {
+			acc[m] = 0;
+		}
+		for (int sj = 0; sj < k; sj++) {
+			double v = offs[j * k + sj];
+			double vsin = v * sn, vcos = v * cs;
+			// Two coordinates a step: x = cx + u*cos - v*sin - 0.5 (u*cos
+			// from ucs), floor by truncation and correction (exact below
+			// 2^30), fraction as float32.
+			const __m128d vcx = _mm_set1_pd(cx), vcy = _mm_set1_pd(cy), vs = _mm_set1_pd(vsin), vc = _mm_set1_pd(vcos);
+			const __m128d half = _mm_set1_pd(0.5), one = _mm_set1_pd(1), vlim = _mm_set1_pd(lim), vnlim = _mm_set1_pd(-lim);
+			int bad = 0, m = 0;
+			for (; m + 2 <= n; m += 2) {
+				__m128d x = _mm_sub_pd(_mm_sub_pd(_mm_add_pd(vcx, _mm_loadu_pd(ucs + m)), vs), half);
+				__m128d y = _mm_sub_pd(_mm_add_pd(_mm_add_pd(vcy, _mm_loadu_pd(usn + m)), vc), half);
+				__m128d ok = _mm_and_pd(_mm_and_pd(_mm_cmpgt_pd(x, vnlim), _mm_cmplt_pd(x, vlim)),
+					_mm_and_pd(_mm_cmpgt_pd(y, vnlim), _mm_cmplt_pd(y, vlim)));
+				bad |= _mm_movemask_pd(ok) ^ 3;
+				__m128d tx = _mm_cvtepi32_pd(_mm_cvttpd_epi32(x)), ty = _mm_cvtepi32_pd(_mm_cvttpd_epi32(y));
+				tx = _mm_sub_pd(tx, _mm_and_pd(_mm_cmpgt_pd(tx, x), one));
+				ty = _mm_sub_pd(ty, _mm_and_pd(_mm_cmpgt_pd(ty, y), one));
+				_mm_storel_epi64((__m128i *)(xi + m), _mm_cvttpd_epi32(tx));
+				_mm_storel_epi64((__m128i *)(yi + m), _mm_cvttpd_epi32(ty));
+				__m128 f = _mm_movelh_ps(_mm_cvtpd_ps(_mm_sub_pd(x, tx)), _mm_cvtpd_ps(_mm_sub_pd(y, ty)));
+				float t[4];
+				_mm_storeu_ps(t, f);
+				fxs[m] = t[0];
+				fxs[m + 1] = t[1];
+				fys[m] = t[2];
+				fys[m + 1] = t[3];
+			}
+			for (; m < n; m++) {
+				double x = cx + ucs[m] - vsin - 0.5;
+				double y = cy + usn[m] + vcos - 0.5;
+				if (!(x > -lim && x < lim && y > -lim && y < lim)) {
+					bad = 1;
+					break;
+				}
+				int32_t a = (int32_t)x, b = (int32_t)y;
+				a -= (double)a > x;
+				b -= (double)b > y;
+				xi[m] = a;
+				yi[m] = b;
+				fxs[m] = (float)(x - (double)a);
+				fys[m] = (float)(y - (double)b);
+			}
+			if (bad) {
+				free(ucs);
+				return 0;
+			}
+			for (int i = 0; i < size; i++) {
+				__m128 s = _mm_loadu_ps(acc + 4 * i);
+				for (int si = 0; si < k; si++) {
+					int m = i * k + si;
+					int64_t x0 = xi[m], y0 = yi[m];
+					__m128 fx = _mm_set1_ps(fxs[m]), fy = _mm_set1_ps(fys[m]);
+					__m128 tl, tr, bl, br;
+					if (x0 >= 0 && y0 >= 0 && x0 + 1 < w && y0 + 1 < h) {
+						const uint8_t *p = pix + y0 * stride + 4 * x0;
+						__m128i a = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)p), zero);
+						__m128i b = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(p + stride)), zero);
+						tl = _mm_cvtepi32_ps(_mm_unpacklo_epi16(a, zero));
+						tr = _mm_cvtepi32_ps(_mm_unpackhi_epi16(a, zero));
+						bl = _mm_cvtepi32_ps(_mm_unpacklo_epi16(b, zero));
+						br = _mm_cvtepi32_ps(_mm_unpackhi_epi16(b, zero));
+					} else {
+						tl = im_px4(pix, stride, w, h, x0, y0);
+						tr = im_px4(pix, stride, w, h, x0 + 1, y0);
+						bl = im_px4(pix, stride, w, h, x0, y0 + 1);
+						br = im_px4(pix, stride, w, h, x0 + 1, y0 + 1);
+					}
+					__m128 top = _mm_add_ps(tl, _mm_mul_ps(_mm_sub_ps(tr, tl), fx));
+					__m128 bot = _mm_add_ps(bl, _mm_mul_ps(_mm_sub_ps(br, bl), fx));
+					s = _mm_add_ps(s, _mm_add_ps(top, _mm_mul_ps(_mm_sub_ps(bot, top), fy)));
+				}
+				_mm_storeu_ps(acc + 4 * i, s);
+			}
+		}
+		float *o = dst + (ptrdiff_t)j * size * 3;
+		for (int i = 0; i < size; i++) {
+			__m128 r = _mm_add_ps(_mm_mul_ps(_mm_mul_ps(_mm_loadu_ps(acc + 4 * i), vinv), vm), va);
+			if (i + 1 < size) {
+				_mm_storeu_ps(o + 3 * i, r); // the fourth lane is the next pixel's, written next
+			} else {
+				float t[4];
+				_mm_storeu_ps(t, r);
+				o[3 * i] = t[0];
+				o[3 * i + 1] = t[1];
+				o[3 * i + 2] = t[2];
+			}
+		}
+	}
+	free(ucs);
+	return 1;
+}
 #endif
 
 void im_rotated_rows(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h, double cx, double cy, double cs,
 	double sn, const double *offs, int k, int size, int j0, int j1, float *dst, float mul, float add, int level) {
 #if IM_X86
 	if (im_level(level) >= 1) {
+		if (rot_batch(pix, stride, w, h, cx, cy, cs, sn, offs, k, size, j0, j1, dst, mul, add)) {
+			return;
+		}
 		rot_sse2(pix, stride, w, h, cx, cy, cs, sn, offs, k, size, j0, j1, dst, mul, add);
 		return;
 	}
