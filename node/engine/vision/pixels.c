@@ -501,3 +501,37 @@ void im_rotated_rows(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h,
 	(void)level;
 	rot_plain(pix, stride, w, h, cx, cy, cs, sn, offs, k, size, j0, j1, dst, mul, add);
 }
+
+// ---- Threshold scan ---------------------------------------------------
+
+int im_scan_above(const float *v, int i0, int i1, float thr, int32_t *out, int cap, int *next) {
+	int n = 0, i = i0;
+#if IM_X86
+	const __m128 t = _mm_set1_ps(thr);
+	for (; i + 4 <= i1; i += 4) {
+		// Not below thr (NaN included, as Go's `v < thr` test lets it by).
+		int mask = _mm_movemask_ps(_mm_cmpnlt_ps(_mm_loadu_ps(v + i), t));
+		if (mask == 0) {
+			continue;
+		}
+		if (n + 4 > cap) {
+			break;
+		}
+		for (int b = 0; b < 4; b++) {
+			if (mask & (1 << b)) {
+				out[n++] = i + b;
+			}
+		}
+	}
+#endif
+	for (; i < i1; i++) {
+		if (!(v[i] < thr)) {
+			if (n == cap) {
+				break;
+			}
+			out[n++] = i;
+		}
+	}
+	*next = i;
+	return n;
+}

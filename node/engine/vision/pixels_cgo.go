@@ -47,3 +47,17 @@ func rotatedBand(src *image.RGBA, cx, cy, cos, sin float64, offs []float64, k, s
 		C.double(cos), C.double(sin), (*C.double)(unsafe.Pointer(&offs[0])), C.int(k), C.int(size), C.int(j0), C.int(j1),
 		(*C.float)(unsafe.Pointer(&dst[0])), C.float(mul), C.float(add), C.int(level))
 }
+
+// scanAbove returns in idx the indices i in [i0, i1) whose v[i] is not
+// below thr (as many as fit, len(idx) >= 4), in order, and where the scan
+// stopped (i1 when it is done).
+func scanAbove(v []float32, i0, i1 int, thr float32, idx []int32) (n, next int) {
+	if i0 >= i1 {
+		return 0, i1
+	}
+	_ = v[i1-1]
+	var nx C.int
+	c := C.im_scan_above((*C.float)(unsafe.Pointer(&v[0])), C.int(i0), C.int(i1), C.float(thr),
+		(*C.int32_t)(unsafe.Pointer(&idx[0])), C.int(len(idx)), &nx)
+	return int(c), int(nx)
+}
