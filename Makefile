@@ -76,6 +76,7 @@ fuzz:
 	$(FUZZ) 20000x -fuzz '^FuzzEncodeBPE$$' ./node/engine/tokenizer
 	$(FUZZ) 5000x -fuzz '^FuzzSchemaAutomaton$$' ./node/engine/chat
 	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
+	$(FUZZ) 3000x -fuzz '^FuzzPixelKernels$$' ./node/engine/vision
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...

@@ -228,33 +228,38 @@ func (d *detector) peaks(heat, sides []float32, thr float32) []candidate {
 	bands := make([][]candidate, min(runtime.GOMAXPROCS(0), g))
 	parallelRows(g, g*g*nc/4, func(y0, y1 int) {
 		var out []candidate
-		for i := y0 * g * nc; i < y1*g*nc; i++ {
-			v := heat[i]
-			if v < thr {
-				continue
-			}
-			c := i % nc
-			cell := i / nc
-			x, y := cell%g, cell/g
-			peak := true
-			for dy := -1; dy <= 1 && peak; dy++ {
-				for dx := -1; dx <= 1; dx++ {
-					xx, yy := x+dx, y+dy
-					if (dx == 0 && dy == 0) || xx < 0 || yy < 0 || xx >= g || yy >= g {
-						continue
-					}
-					if heat[(yy*g+xx)*nc+c] > v {
-						peak = false
-						break
+		// The entries not below thr come from a vector scan in C (most
+		// of the map is far below it), a buffer at a time, in order.
+		idx := make([]int32, 1024)
+		for next, end := y0*g*nc, y1*g*nc; next < end; {
+			var n int
+			n, next = scanAbove(heat, next, end, thr, idx)
+			for _, i32 := range idx[:n] {
+				i := int(i32)
+				v := heat[i]
+				c := i % nc
+				cell := i / nc
+				x, y := cell%g, cell/g
+				peak := true
+				for dy := -1; dy <= 1 && peak; dy++ {
+					for dx := -1; dx <= 1; dx++ {
+						xx, yy := x+dx, y+dy
+						if (dx == 0 && dy == 0) || xx < 0 || yy < 0 || xx >= g || yy >= g {
+							continue
+						}
+						if heat[(yy*g+xx)*nc+c] > v {
+							peak = false
+							break
+						}
 					}
 				}
+				if !peak {
+					continue
+				}
+				l, t, r, b := sides[4*cell], sides[4*cell+1], sides[4*cell+2], sides[4*cell+3]
+				cx, cy := float32(x*centerNetStride), float32(y*centerNetStride)
+				out = append(out, candidate{class: c, score: v, box: [4]float32{cx - l, cy - t, cx + r, cy + b}})
 			}
-			if !peak {
-				continue
-			}
-			l, t, r, b := sides[4*cell], sides[4*cell+1], sides[4*cell+2], sides[4*cell+3]
-			cx, cy := float32(x*centerNetStride), float32(y*centerNetStride)
-			out = append(out, candidate{class: c, score: v, box: [4]float32{cx - l, cy - t, cx + r, cy + b}})
 		}
 		// parallelRows starts band i at floor(g*i/n): i is the ceiling.
 		bands[(y0*len(bands)+g-1)/g] = out

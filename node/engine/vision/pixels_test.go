@@ -153,8 +153,8 @@ func TestNMS(t *testing.T) {
 	}
 }
 
-// TestResampleWindowMatchesReference: the banded, ring-buffered resampler
-// gives bit-identical output to the plain two-pass one, for shrinking,
+// TestResampleWindowMatchesReference: the banded C resampler gives
+// bit-identical output to the plain two-pass Go one, for shrinking,
 // enlarging, letterbox windows reaching outside the image and sub-images.
 func TestResampleWindowMatchesReference(t *testing.T) {
 	big := testPattern(640, 480)
@@ -265,63 +265,43 @@ func refTriangleTaps(dstLen, srcLen int, x0, span float64) refTaps {
 // refResampleWindow resamples the source window (x0, y0, width sw, height sh;
 // it may reach outside the image, where pixels are black) of src to dw x dh
 // pixels, and writes them to dst as interleaved RGB (NHWC) float32 values
-// v*mul + add, with v the 0..255 pixel value.
+// v*mul + add, with v the 0..255 pixel value. Vertical pass first: for
+// each output row, every source column is filtered over the rows the row
+// reads, then each output pixel over the columns it reads; taps in
+// increasing order, each product and sum rounded to float32 on its own
+// (the explicit conversions keep Go from fusing multiply-adds where the
+// CPU has them).
 func refResampleWindow(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, dst []float32, mul, add float32) {
 	w, h := src.Rect.Dx(), src.Rect.Dy()
 	xt := refTriangleTaps(dw, w, x0, sw)
 	yt := refTriangleTaps(dh, h, y0, sh)
-	// Horizontal pass over every source row an output row reads.
-	rowLo, rowHi := h, 0
-	for i := range dh {
-		lo := yt.first[i]
-		hi := min(lo+yt.n, h)
-		if lo < rowLo {
-			rowLo = lo
+	col := make([]float32, 3*w)
+	for j := range dh {
+		f := yt.first[j]
+		for x := range w {
+			for c := range 3 {
+				var s float32
+				for k, wt := range yt.w[j*yt.n : (j+1)*yt.n] {
+					if wt == 0 || f+k >= h {
+						continue
+					}
+					s += float32(wt * float32(src.Pix[(f+k)*src.Stride+4*x+c]))
+				}
+				col[3*x+c] = s
+			}
 		}
-		if hi > rowHi {
-			rowHi = hi
-		}
-	}
-	var rows []float32
-	if rowHi > rowLo {
-		rows = make([]float32, (rowHi-rowLo)*dw*3)
-		for y := rowLo; y < rowHi; y++ {
-			line := src.Pix[y*src.Stride : y*src.Stride+4*w]
-			out := rows[(y-rowLo)*dw*3 : (y-rowLo+1)*dw*3]
-			for i := range dw {
-				f := xt.first[i]
-				var r, g, b float32
+		for i := range dw {
+			f := xt.first[i]
+			for c := range 3 {
+				var s float32
 				for k, wt := range xt.w[i*xt.n : (i+1)*xt.n] {
 					if wt == 0 || f+k >= w {
 						continue
 					}
-					p := line[4*(f+k):]
-					r += wt * float32(p[0])
-					g += wt * float32(p[1])
-					b += wt * float32(p[2])
+					s += float32(wt * col[3*(f+k)+c])
 				}
-				out[3*i], out[3*i+1], out[3*i+2] = r, g, b
+				dst[(j*dw+i)*3+c] = float32(s*mul) + add
 			}
-		}
-	}
-	// Vertical pass.
-	for j := range dh {
-		f := yt.first[j]
-		o := dst[j*dw*3 : (j+1)*dw*3]
-		for i := range o {
-			o[i] = 0
-		}
-		for k, wt := range yt.w[j*yt.n : (j+1)*yt.n] {
-			if wt == 0 || f+k >= h {
-				continue
-			}
-			row := rows[(f+k-rowLo)*dw*3 : (f+k-rowLo+1)*dw*3]
-			for i, v := range row {
-				o[i] += wt * v
-			}
-		}
-		for i := range o {
-			o[i] = o[i]*mul + add
 		}
 	}
 }
@@ -449,25 +429,34 @@ func refRotatedCrop(src *image.RGBA, cx, cy, side, angle float64, size int, dst 
 			var r, g, b float32
 			for sj := range k {
 				for si := range k {
-					u := (float64(i)+(float64(si)+0.5)/float64(k))*step - side/2
-					v := (float64(j)+(float64(sj)+0.5)/float64(k))*step - side/2
-					x := cx + u*cos - v*sin - 0.5
-					y := cy + u*sin + v*cos - 0.5
+					u := float64((float64(i)+(float64(si)+0.5)/float64(k))*step) - side/2
+					v := float64((float64(j)+(float64(sj)+0.5)/float64(k))*step) - side/2
+					x := cx + float64(u*cos) - float64(v*sin) - 0.5
+					y := cy + float64(u*sin) + float64(v*cos) - 0.5
 					x0, y0 := int(math.Floor(x)), int(math.Floor(y))
 					fx, fy := float32(x-float64(x0)), float32(y-float64(y0))
 					r00, g00, b00 := at(x0, y0)
 					r10, g10, b10 := at(x0+1, y0)
 					r01, g01, b01 := at(x0, y0+1)
 					r11, g11, b11 := at(x0+1, y0+1)
-					r += bilerp(r00, r10, r01, r11, fx, fy)
-					g += bilerp(g00, g10, g01, g11, fx, fy)
-					b += bilerp(b00, b10, b01, b11, fx, fy)
+					r += refBilerp(r00, r10, r01, r11, fx, fy)
+					g += refBilerp(g00, g10, g01, g11, fx, fy)
+					b += refBilerp(b00, b10, b01, b11, fx, fy)
 				}
 			}
 			o := dst[(j*size+i)*3:]
-			o[0], o[1], o[2] = r*inv*mul+add, g*inv*mul+add, b*inv*mul+add
+			o[0] = float32(float32(r*inv)*mul) + add
+			o[1] = float32(float32(g*inv)*mul) + add
+			o[2] = float32(float32(b*inv)*mul) + add
 		}
 	}
+}
+
+// refBilerp is bilerp with every product rounded on its own.
+func refBilerp(tl, tr, bl, br, fx, fy float32) float32 {
+	top := tl + float32((tr-tl)*fx)
+	bot := bl + float32((br-bl)*fx)
+	return top + float32((bot-top)*fy)
 }
 
 // TestRotatedCropMatchesReference: the fast path (direct reads inside the

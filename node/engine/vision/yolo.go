@@ -185,8 +185,7 @@ func fillLetterbox(src *image.RGBA, lb letterbox, size int, pad, mul float32, ds
 			}
 		}
 	}
-	resampleRows(src, 0, 0, float64(src.Rect.Dx()), float64(src.Rect.Dy()), lb.newW, lb.newH, mul, 0,
-		func(_ int, scratch []float32) []float32 { return scratch },
+	resampleRows(src, 0, 0, float64(src.Rect.Dx()), float64(src.Rect.Dy()), lb.newW, lb.newH, mul, 0, bestLevel, nil,
 		func(y int, rgb []float32) {
 			ty := y + lb.top
 			if ty < 0 || ty >= size {
