@@ -223,7 +223,8 @@ func (d *detector) Detect(ctx context.Context, req engine.DetectRequest) ([]engi
 // maxCandidates of them.
 func (d *detector) peaks(heat, sides []float32, thr float32) []candidate {
 	g, nc := d.grid, len(d.labels)
-	// Bands of grid rows on every core; each band's peaks in scan order,
+	// Bands of grid rows (on every core when parallelRows splits the
+	// work; one band at the usual sizes); each band's peaks in scan order,
 	// joined in band order, so the result is the one of a single scan.
 	bands := make([][]candidate, min(runtime.GOMAXPROCS(0), g))
 	parallelRows(g, g*g*nc/4, func(y0, y1 int) {

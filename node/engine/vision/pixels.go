@@ -12,7 +12,7 @@ import (
 // premultiplied, so transparent pixels read as black: a transparent image is
 // seen as composited over black. An *image.RGBA is used in place (a view of
 // its pixels, no copy; the pipelines only read it); other types are
-// converted, in bands on every core for large images, with image/draw's fast
+// converted, in bands on every core for very large images, with image/draw's fast
 // paths for the decoders' outputs (YCbCr, Gray, NRGBA, Paletted).
 func toRGBA(img image.Image) *image.RGBA {
 	b := img.Bounds()
@@ -30,14 +30,20 @@ func toRGBA(img image.Image) *image.RGBA {
 }
 
 // parallelWork is the number of pixels below which parallelRows does not
-// start goroutines.
-const parallelWork = 64 * 1024
+// start goroutines. Bands on other cores cost the model run that follows
+// them: with the 640x480 letterbox and face crop split over two cores, the
+// BlazeFace run after them took 6.5-7.7 ms at the median against 5.4-6.0 ms
+// back to back, and with them on the calling goroutine alone 6.0 against
+// 6.0 (the C kernels take 0.3-0.4 ms on one core). Requests through the
+// API went from 0.79-0.80 of the bare runs to 0.84-0.90 (faces) and from
+// 0.86-0.89 to 0.89-0.96 (CenterNet; BenchmarkAPI*640, ratio-median). So only
+// work the size of a multi-megapixel photo, where halving the kernels
+// saves more than that, is split.
+const parallelWork = 4 << 20
 
 // parallelRows calls fn on consecutive bands [y0, y1) covering [0, rows),
 // one band per available core when work (a pixel count) is large enough to
-// pay for the goroutines, and waits for them. Pre- and post-processing run
-// while the model's intra-op threads are idle, so spreading them over the
-// cores shortens a request without taking time from inference.
+// pay for the goroutines (see parallelWork), and waits for them.
 func parallelRows(rows, work int, fn func(y0, y1 int)) {
 	n := min(runtime.GOMAXPROCS(0), rows)
 	if n <= 1 || work < parallelWork {
