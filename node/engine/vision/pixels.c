@@ -485,12 +485,198 @@ static int rot_batch(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h,
 	free(ucs);
 	return 1;
 }
+
+// rot_avx2 is rot_plain eight output pixels at a time, one channel of
+// eight samples per vector: lane l of a step is sub-sample (sj, si) of
+// output pixel i0+l, so each pixel's sum still adds its samples in
+// rot_plain's order. For each output row and sub-sample row, a first pass
+// computes the coordinates as rot_plain does (u*cos and u*sin once per
+// call; floor with _mm256_floor_pd, exact), a second reads the four
+// neighbours (64-bit loads of two pixels; masked gathers, black outside,
+// for vectors with a neighbour outside the image) and sums the bilinear
+// samples. Returns 0 (nothing done) when some coordinate could leave
+// +-2^30 or the image is too large for 32-bit offsets: the caller then
+// takes rot_batch or rot_sse2.
+__attribute__((target("avx2"))) static int rot_avx2(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h,
+	double cx, double cy, double cs, double sn, const double *offs, int k, int size, int j0, int j1, float *dst,
+	float mul, float add) {
+	if (w <= 0 || h <= 0 || stride <= 0 || stride > 0x7fffffff / h - 8) {
+		return 0;
+	}
+	// |x| <= |cx| + |u*cos| + |v*sin| + 0.5: all coordinates are within
+	// +-2^30 when this bound is below 2^29 (NaN fails the tests).
+	double lim = 536870912.0;
+	if (!(fabs(cx) < lim && fabs(cy) < lim && fabs(cs) <= 1 && fabs(sn) <= 1)) {
+		return 0;
+	}
+	double omax = 0;
+	for (int m = 0; m < size * k; m++) {
+		double a = fabs(offs[m]);
+		if (!(a <= lim)) {
+			return 0;
+		}
+		if (a > omax) {
+			omax = a;
+		}
+	}
+	if (!(fabs(cx) + fabs(cy) + 2 * omax + 1 < lim)) {
+		return 0;
+	}
+	int np = (size + 7) & ~7; // pixels rounded up to whole vectors
+	size_t kn = (size_t)k * np;
+	// ucs[si*np + i] = offs[i*k + si] * cos (the last pixel's repeated up
+	// to np), usn the same with sin; per sub-sample row: byte offsets q of
+	// the top-left neighbours, xs and ys their column and row, fxs and fys
+	// the fractions, bad[si*np/8 + b] whether vector b has a neighbour
+	// outside the image; accr, accg, accb the sums of the current row.
+	size_t bytes = kn * (2 * sizeof(double) + sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(float)) +
+		(size_t)np * 3 * sizeof(float) + kn / 8 + 64;
+	double *ucs = malloc(bytes);
+	if (ucs == NULL) {
+		return 0;
+	}
+	double *usn = ucs + kn;
+	int64_t *q = (int64_t *)(usn + kn);
+	int32_t *xs = (int32_t *)(q + kn), *ys = xs + kn;
+	float *fxs = (float *)(ys + kn), *fys = fxs + kn, *accr = fys + kn, *accg = accr + np, *accb = accg + np;
+	uint8_t *bad = (uint8_t *)(accb + np);
+	for (int si = 0; si < k; si++) {
+		for (int i = 0; i < np; i++) {
+			double u = offs[(i < size ? i : size - 1) * k + si];
+			ucs[si * np + i] = u * cs;
+			usn[si * np + i] = u * sn;
+		}
+	}
+	const __m256d vcx = _mm256_set1_pd(cx), vcy = _mm256_set1_pd(cy), half = _mm256_set1_pd(0.5);
+	const __m256i vw = _mm256_set1_epi32((int32_t)w), vh = _mm256_set1_epi32((int32_t)h);
+	const __m256i vw1 = _mm256_set1_epi32((int32_t)(w - 1)), vh1 = _mm256_set1_epi32((int32_t)(h - 1));
+	const __m256i m1 = _mm256_set1_epi32(-1), m2 = _mm256_set1_epi32(-2), vstride = _mm256_set1_epi32((int32_t)stride);
+	const __m256i four = _mm256_set1_epi32(4), z = _mm256_setzero_si256();
+	// Byte shuffles taking channel c of each pixel as an int32.
+#define IM_CHI(c, d) (int32_t)(0x80808000u | (c + d))
+#define IM_CH(c) _mm256_setr_epi32(IM_CHI(c, 0), IM_CHI(c, 4), IM_CHI(c, 8), IM_CHI(c, 12), IM_CHI(c, 0), IM_CHI(c, 4), IM_CHI(c, 8), IM_CHI(c, 12))
+	const __m256i chr = IM_CH(0), chg = IM_CH(1), chb = IM_CH(2);
+#undef IM_CH
+#undef IM_CHI
+	const __m256 vinv = _mm256_set1_ps(1 / (float)(k * k)), vm = _mm256_set1_ps(mul), va = _mm256_set1_ps(add);
+	const int *base = (const int *)pix;
+	const uint8_t *pix1 = pix + stride;
+	for (int j = j0; j < j1; j++) {
+		for (int sj = 0; sj < k; sj++) {
+			double v = offs[j * k + sj];
+			const __m256d vs = _mm256_set1_pd(v * sn), vc = _mm256_set1_pd(v * cs);
+			// Pass 1: coordinates x = cx + u*cos - v*sin - 0.5 and
+			// y = cy + u*sin + v*cos - 0.5, as rot_plain, four at a time.
+			for (size_t m = 0; m < kn; m += 4) {
+				__m256d x = _mm256_sub_pd(_mm256_sub_pd(_mm256_add_pd(vcx, _mm256_loadu_pd(ucs + m)), vs), half);
+				__m256d y = _mm256_sub_pd(_mm256_add_pd(_mm256_add_pd(vcy, _mm256_loadu_pd(usn + m)), vc), half);
+				__m256d fx = _mm256_floor_pd(x), fy = _mm256_floor_pd(y);
+				_mm_storeu_ps(fxs + m, _mm256_cvtpd_ps(_mm256_sub_pd(x, fx)));
+				_mm_storeu_ps(fys + m, _mm256_cvtpd_ps(_mm256_sub_pd(y, fy)));
+				__m128i xi = _mm256_cvttpd_epi32(fx), yi = _mm256_cvttpd_epi32(fy);
+				_mm_storeu_si128((__m128i *)(xs + m), xi);
+				_mm_storeu_si128((__m128i *)(ys + m), yi);
+				_mm256_storeu_si256((__m256i *)(q + m), _mm256_add_epi64(_mm256_mul_epi32(_mm256_cvtepi32_epi64(yi), vstride),
+					_mm256_slli_epi64(_mm256_cvtepi32_epi64(xi), 2)));
+			}
+			for (size_t m = 0; m < kn; m += 8) {
+				// Some neighbour outside the image: x0 >= w-1 or y0 >= h-1
+				// unsigned (negative ones are huge).
+				__m256i x0 = _mm256_loadu_si256((const __m256i *)(xs + m)), y0 = _mm256_loadu_si256((const __m256i *)(ys + m));
+				__m256i out = _mm256_or_si256(_mm256_cmpeq_epi32(_mm256_max_epu32(x0, vw1), x0),
+					_mm256_cmpeq_epi32(_mm256_max_epu32(y0, vh1), y0));
+				bad[m / 8] = !_mm256_testz_si256(out, out);
+			}
+			// Pass 2: the bilinear samples, added to the row's sums.
+			for (int i0 = 0; i0 < np; i0 += 8) {
+				__m256 ar, ag, ab;
+				if (sj == 0) {
+					ar = _mm256_setzero_ps(), ag = ar, ab = ar;
+				} else {
+					ar = _mm256_loadu_ps(accr + i0), ag = _mm256_loadu_ps(accg + i0), ab = _mm256_loadu_ps(accb + i0);
+				}
+				for (int si = 0; si < k; si++) {
+					size_t m = (size_t)si * np + i0;
+					__m256 fx = _mm256_loadu_ps(fxs + m), fy = _mm256_loadu_ps(fys + m);
+					__m256i tl, tr, bl, br;
+					if (!bad[m / 8]) {
+						// Left and right neighbour in one 64-bit read; t0 holds
+						// samples 0, 1, 4, 5 and t1 2, 3, 6, 7, which the shuffles
+						// put back in order.
+						const int64_t *o = q + m;
+#define IM_LD2(a, b) _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(a)), _mm_loadl_epi64((const __m128i *)(b)))
+#define IM_LD4(p, a, b, c, d) _mm256_castsi256_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(IM_LD2(p + o[a], p + o[b])), IM_LD2(p + o[c], p + o[d]), 1))
+						__m256 t0 = IM_LD4(pix, 0, 1, 4, 5), t1 = IM_LD4(pix, 2, 3, 6, 7);
+						__m256 b0 = IM_LD4(pix1, 0, 1, 4, 5), b1 = IM_LD4(pix1, 2, 3, 6, 7);
+#undef IM_LD4
+#undef IM_LD2
+						tl = _mm256_castps_si256(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));
+						tr = _mm256_castps_si256(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+						bl = _mm256_castps_si256(_mm256_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)));
+						br = _mm256_castps_si256(_mm256_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1)));
+					} else {
+						// Columns x0 and x0+1, rows y0 and y0+1 inside the image;
+						// the masked gathers read black for the others.
+						__m256i x0 = _mm256_loadu_si256((const __m256i *)(xs + m)), y0 = _mm256_loadu_si256((const __m256i *)(ys + m));
+						__m256i cx0 = _mm256_and_si256(_mm256_cmpgt_epi32(x0, m1), _mm256_cmpgt_epi32(vw, x0));
+						__m256i cx1 = _mm256_and_si256(_mm256_cmpgt_epi32(x0, m2), _mm256_cmpgt_epi32(vw1, x0));
+						__m256i ry0 = _mm256_and_si256(_mm256_cmpgt_epi32(y0, m1), _mm256_cmpgt_epi32(vh, y0));
+						__m256i ry1 = _mm256_and_si256(_mm256_cmpgt_epi32(y0, m2), _mm256_cmpgt_epi32(vh1, y0));
+						__m256i off = _mm256_add_epi32(_mm256_mullo_epi32(y0, vstride), _mm256_slli_epi32(x0, 2));
+						__m256i off1 = _mm256_add_epi32(off, vstride);
+						tl = _mm256_mask_i32gather_epi32(z, base, off, _mm256_and_si256(cx0, ry0), 1);
+						tr = _mm256_mask_i32gather_epi32(z, base, _mm256_add_epi32(off, four), _mm256_and_si256(cx1, ry0), 1);
+						bl = _mm256_mask_i32gather_epi32(z, base, off1, _mm256_and_si256(cx0, ry1), 1);
+						br = _mm256_mask_i32gather_epi32(z, base, _mm256_add_epi32(off1, four), _mm256_and_si256(cx1, ry1), 1);
+					}
+#define IM_ROT_CH(acc, sh)                                                                                              \
+	do {                                                                                                                \
+		__m256 a = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(tl, sh));                                                    \
+		__m256 b = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(tr, sh));                                                    \
+		__m256 c = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(bl, sh));                                                    \
+		__m256 d = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(br, sh));                                                    \
+		__m256 top = _mm256_add_ps(a, _mm256_mul_ps(_mm256_sub_ps(b, a), fx));                                         \
+		__m256 bot = _mm256_add_ps(c, _mm256_mul_ps(_mm256_sub_ps(d, c), fx));                                         \
+		acc = _mm256_add_ps(acc, _mm256_add_ps(top, _mm256_mul_ps(_mm256_sub_ps(bot, top), fy)));                      \
+	} while (0)
+					IM_ROT_CH(ar, chr);
+					IM_ROT_CH(ag, chg);
+					IM_ROT_CH(ab, chb);
+#undef IM_ROT_CH
+				}
+				_mm256_storeu_ps(accr + i0, ar);
+				_mm256_storeu_ps(accg + i0, ag);
+				_mm256_storeu_ps(accb + i0, ab);
+			}
+		}
+		// The row's output pixels: sum * (1/k^2) * mul + add.
+		float *o = dst + (ptrdiff_t)j * size * 3;
+		for (int i0 = 0; i0 < size; i0 += 8) {
+			float t[24];
+			_mm256_storeu_ps(t, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(accr + i0), vinv), vm), va));
+			_mm256_storeu_ps(t + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(accg + i0), vinv), vm), va));
+			_mm256_storeu_ps(t + 16, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(accb + i0), vinv), vm), va));
+			int e = size - i0 < 8 ? size - i0 : 8;
+			for (int l = 0; l < e; l++) {
+				o[3 * (i0 + l)] = t[l];
+				o[3 * (i0 + l) + 1] = t[8 + l];
+				o[3 * (i0 + l) + 2] = t[16 + l];
+			}
+		}
+	}
+	free(ucs);
+	return 1;
+}
 #endif
 
 void im_rotated_rows(const uint8_t *pix, ptrdiff_t stride, int64_t w, int64_t h, double cx, double cy, double cs,
 	double sn, const double *offs, int k, int size, int j0, int j1, float *dst, float mul, float add, int level) {
 #if IM_X86
-	if (im_level(level) >= 1) {
+	int lv = im_level(level);
+	if (lv >= 2 && rot_avx2(pix, stride, w, h, cx, cy, cs, sn, offs, k, size, j0, j1, dst, mul, add)) {
+		return;
+	}
+	if (lv >= 1) {
 		if (rot_batch(pix, stride, w, h, cx, cy, cs, sn, offs, k, size, j0, j1, dst, mul, add)) {
 			return;
 		}
