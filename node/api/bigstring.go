@@ -153,11 +153,15 @@ func decodeWithBigString(body []byte, v any, key string, dst *string) error {
 	if !ok {
 		return decodeStrict(body, v)
 	}
-	rest := make([]byte, 0, len(body)-(e-s))
-	rest = append(append(rest, body[:s]...), body[e:]...)
-	if err := decodeStrict(rest, v); err != nil || *dst != "" {
+	if err := decodeStrict(cutSpan(body, s, e), v); err != nil || *dst != "" {
 		return decodeStrict(body, v)
 	}
 	*dst = string(body[s:e])
 	return nil
+}
+
+// cutSpan returns a copy of body without body[s:e] (a string's text,
+// leaving its quotes: the value becomes "").
+func cutSpan(body []byte, s, e int) []byte {
+	return append(append(make([]byte, 0, len(body)-(e-s)), body[:s]...), body[e:]...)
 }

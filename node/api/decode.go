@@ -122,8 +122,7 @@ func peekRoute(body []byte) (model string, stream bool, err error) {
 	// body does not decode, whose error comes from the whole body.
 	probed := false
 	if s, e, ok := bigString(body, "image"); ok {
-		rest := append(append(make([]byte, 0, len(body)-(e-s)), body[:s]...), body[e:]...)
-		probed = json.Unmarshal(rest, &probe) == nil
+		probed = json.Unmarshal(cutSpan(body, s, e), &probe) == nil
 	}
 	if !probed {
 		probe = nil

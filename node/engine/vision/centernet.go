@@ -241,20 +241,7 @@ func (d *detector) peaks(heat, sides []float32, thr float32) []candidate {
 				c := i % nc
 				cell := i / nc
 				x, y := cell%g, cell/g
-				peak := true
-				for dy := -1; dy <= 1 && peak; dy++ {
-					for dx := -1; dx <= 1; dx++ {
-						xx, yy := x+dx, y+dy
-						if (dx == 0 && dy == 0) || xx < 0 || yy < 0 || xx >= g || yy >= g {
-							continue
-						}
-						if heat[(yy*g+xx)*nc+c] > v {
-							peak = false
-							break
-						}
-					}
-				}
-				if !peak {
+				if !isPeak(heat, g, nc, x, y, c, v) {
 					continue
 				}
 				l, t, r, b := sides[4*cell], sides[4*cell+1], sides[4*cell+2], sides[4*cell+3]
@@ -362,4 +349,22 @@ func (d *detector) Close() error {
 		d.err = d.m.close()
 	})
 	return d.err
+}
+
+// isPeak reports whether no 3x3 neighbour of cell (x, y) in class c of the
+// g x g x nc heat map scores above v (CenterNet's max-pool test; ties
+// kept).
+func isPeak(heat []float32, g, nc, x, y, c int, v float32) bool {
+	for dy := -1; dy <= 1; dy++ {
+		for dx := -1; dx <= 1; dx++ {
+			xx, yy := x+dx, y+dy
+			if (dx == 0 && dy == 0) || xx < 0 || yy < 0 || xx >= g || yy >= g {
+				continue
+			}
+			if heat[(yy*g+xx)*nc+c] > v {
+				return false
+			}
+		}
+	}
+	return true
 }
