@@ -22,6 +22,9 @@ type Budget struct {
 	mu        sync.Mutex
 	lastFree  time.Time
 	freeEvery time.Duration
+
+	// pixels recycles decoded JPEG buffers between this node's requests.
+	pixels pixelPool
 }
 
 // DefaultBudget is the decoded-image memory a node allows by default.
@@ -81,7 +84,8 @@ func (b *Budget) returnMemory() {
 // WebP image within opts' limits, under a Budget: after the header is
 // read, the image's Cost is reserved (waiting while ctx allows) before its
 // pixels are decoded. The caller calls release when it no longer holds the
-// image or anything derived from it. A nil budget reserves nothing.
+// image or anything derived from it (a decoded JPEG's pixels are then
+// reused by a later request). A nil budget reserves nothing.
 // Caller mistakes are returned as *engine.InputError for "image".
 func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img image.Image, release func(), err error) {
 	opts = opts.withDefaults()
@@ -94,7 +98,11 @@ func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img
 		return nil, nil, err
 	}
 	release = func() {}
-	img, err = decodeImageWith(data, opts.MaxPixels, func(w, h int) error {
+	var pool *pixelPool
+	if b != nil {
+		pool = &b.pixels
+	}
+	img, pooled, err := decodeImageWith(data, opts.MaxPixels, func(w, h int) error {
 		if b == nil {
 			return nil
 		}
@@ -104,10 +112,22 @@ func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img
 		}
 		release = r
 		return nil
-	})
+	}, pool)
 	if err != nil {
 		release()
 		return nil, nil, err
+	}
+	if pooled != nil {
+		// The pixels go back to the pool before the reservation: once
+		// the reservation is released, another request may decode.
+		reserved := release
+		var once sync.Once
+		release = func() {
+			once.Do(func() {
+				pool.put(pooled)
+				reserved()
+			})
+		}
 	}
 	return img, release, nil
 }
