@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/color"
 	"image/draw"
+	"image/jpeg"
 	"image/png"
 	"math"
 	"net/http"
@@ -127,6 +128,20 @@ func TestVisionThroughMesh(t *testing.T) {
 			t.Errorf("%s: no %q overlapping %v (IoU >= 0.5) in %+v", c.photo, c.label, c.region, objs)
 		}
 	}
+	// JPEGs, which the holder decodes while it resizes (a streamed decode):
+	// the same objects and face as from the PNGs.
+	for _, c := range cases[2:] {
+		best := -1.0
+		objs, _ := detect(jpegOf(t, skimagePhoto(t, c.photo)), nil)
+		for _, o := range objs {
+			if o.Label == c.label {
+				best = math.Max(best, boxIoU(o.Box, c.region))
+			}
+		}
+		if best < 0.5 {
+			t.Errorf("%s as JPEG: no %q overlapping %v (IoU >= 0.5) in %+v", c.photo, c.label, c.region, objs)
+		}
+	}
 	if objs, _ := detect(skimagePhoto(t, "coffee.png"), map[string]any{"max_results": 1, "confidence_threshold": 0.05}); len(objs) != 1 {
 		t.Errorf("max_results 1: %d objects", len(objs))
 	}
@@ -146,6 +161,9 @@ func TestVisionThroughMesh(t *testing.T) {
 	face := image.Rect(172, 77, 275, 177)
 	if len(fs) != 1 || boxIoU(fs[0].Box, face) < 0.6 || len(fs[0].Embedding) == 0 {
 		t.Fatalf("astronaut: %d faces %+v, want one over %v with an embedding", len(fs), fs, face)
+	}
+	if fj := faces(jpegOf(t, astronaut)); len(fj) != 1 || boxIoU(fj[0].Box, face) < 0.6 || cosine(fj[0].Embedding, fs[0].Embedding) < 0.95 {
+		t.Errorf("astronaut as JPEG: %d faces, want the PNG's face", len(fj))
 	}
 	// The same face mirrored and brightened scores above a different face.
 	src, _ := png.Decode(bytes.NewReader(astronaut))
@@ -216,6 +234,8 @@ func TestVisionThroughMesh(t *testing.T) {
 		{"/v1/vision/detections", `{"image":"aGVsbG8gd29ybGQ="}`, "image", 400},
 		{"/v1/vision/detections", `{"image":"` + truncatedPNG(t) + `"}`, "image", 400},
 		{"/v1/vision/detections", `{"image":"` + dataURL(pngOf(t, 1, 1)) + `"}`, "image", 400},
+		{"/v1/vision/detections", `{"image":"` + truncatedJPEG(t) + `"}`, "image", 400},
+		{"/v1/vision/faces", `{"image":"` + truncatedJPEG(t) + `"}`, "image", 400},
 		{"/v1/vision/detections", `{"image":"` + dataURL(hugeHeaderPNG(t)) + `"}`, "image", 400},
 		{"/v1/vision/detections", `{"image":"` + dataURL(pngOf(t, 8, 8)) + `","confidence_threshold":1.5}`, "confidence_threshold", 400},
 		{"/v1/vision/detections", `{"image":"` + dataURL(pngOf(t, 8, 8)) + `","max_results":0}`, "max_results", 400},
@@ -251,6 +271,26 @@ func pngOf(t *testing.T, w, h int) []byte {
 
 func truncatedPNG(t *testing.T) string {
 	full := skimagePhoto(t, "coffee.png")
+	return dataURL(full[:len(full)/3])
+}
+
+// jpegOf re-encodes a PNG photo as a quality-90 JPEG.
+func jpegOf(t *testing.T, pngData []byte) []byte {
+	img, err := png.Decode(bytes.NewReader(pngData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, img, &jpeg.Options{Quality: 90}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// truncatedJPEG is a JPEG cut after a third of its bytes: the header is
+// whole, so the failure shows only while the pixels are decoded.
+func truncatedJPEG(t *testing.T) string {
+	full := jpegOf(t, skimagePhoto(t, "coffee.png"))
 	return dataURL(full[:len(full)/3])
 }
 

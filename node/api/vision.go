@@ -103,10 +103,20 @@ func (s *Server) visionEngine(w http.ResponseWriter, r *http.Request, task engin
 	})
 }
 
-// runOnImage decodes a request's image and runs fn on it, writing any
-// error; the decoded image's budget is held until fn returns.
-func (s *Server) runOnImage(w http.ResponseWriter, r *http.Request, field string, fn func(ctx context.Context, img image.Image) error) {
-	img, release, err := s.decodeImage(r, field)
+// streamConsumer is an engine that takes a JPEG while libjpeg is still
+// decoding it (an *imagecodec.Streamed) and starts its resize on the
+// first rows, so that the two overlap on two cores.
+type streamConsumer interface {
+	TakesStreamedImages() bool
+}
+
+// runOnImage decodes a request's image for eng and runs fn on it, writing
+// any error; the decoded image's budget is held until fn returns. An
+// engine that takes streamed images gets a JPEG as it is decoded.
+func (s *Server) runOnImage(w http.ResponseWriter, r *http.Request, eng engine.Engine, field string, fn func(ctx context.Context, img image.Image) error) {
+	sc, _ := eng.(streamConsumer)
+	img, release, err := imagecodec.DecodeBudgeted(r.Context(), field,
+		imagecodec.Options{MaxBytes: MaxImageBytes, Stream: sc != nil && sc.TakesStreamedImages()}, s.images)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -130,7 +140,7 @@ func (s *Server) visionBackground(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.runOnImage(w, r, req.Image, func(ctx context.Context, img image.Image) error {
+	s.runOnImage(w, r, eng, req.Image, func(ctx context.Context, img image.Image) error {
 		out, err := eng.(engine.BackgroundRemover).RemoveBackground(ctx, img)
 		if err != nil {
 			return err
@@ -221,7 +231,7 @@ func (s *Server) visionDetections(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.runOnImage(w, r, req.Image, func(ctx context.Context, img image.Image) error {
+	s.runOnImage(w, r, eng, req.Image, func(ctx context.Context, img image.Image) error {
 		dets, err := eng.(engine.Detector).Detect(ctx, engine.DetectRequest{
 			Image: img, ConfidenceThreshold: threshold(req.ConfidenceThreshold), MaxResults: maxResults(req.MaxResults),
 		})
@@ -248,7 +258,7 @@ func (s *Server) visionFaces(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.runOnImage(w, r, req.Image, func(ctx context.Context, img image.Image) error {
+	s.runOnImage(w, r, eng, req.Image, func(ctx context.Context, img image.Image) error {
 		faces, err := eng.(engine.FaceAnalyzer).Faces(ctx, engine.FaceRequest{
 			Image: img, ConfidenceThreshold: threshold(req.ConfidenceThreshold), MaxResults: maxResults(req.MaxResults),
 			Embeddings: req.ReturnEmbeddings,
@@ -314,7 +324,7 @@ func (s *Server) imagesDescribe(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.runOnImage(w, r, req.Image, func(ctx context.Context, img image.Image) error {
+	s.runOnImage(w, r, eng, req.Image, func(ctx context.Context, img image.Image) error {
 		text, err := eng.(engine.Describer).Describe(ctx, engine.DescribeRequest{Image: img, Detail: req.Detail})
 		if err != nil {
 			return err

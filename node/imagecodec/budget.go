@@ -112,18 +112,23 @@ func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img
 		}
 		release = r
 		return nil
-	}, pool)
+	}, pool, opts.Stream && b != nil)
 	if err != nil {
 		release()
 		return nil, nil, err
 	}
 	if pooled != nil {
 		// The pixels go back to the pool before the reservation: once
-		// the reservation is released, another request may decode.
+		// the reservation is released, another request may decode. A
+		// stream's decode may still be writing them, or never have run.
 		reserved := release
+		st, _ := img.(*Streamed)
 		var once sync.Once
 		release = func() {
 			once.Do(func() {
+				if st != nil {
+					st.abandon()
+				}
 				pool.put(pooled)
 				reserved()
 			})

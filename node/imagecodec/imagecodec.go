@@ -56,6 +56,10 @@ type Options struct {
 	// MaxPixels is the largest accepted width*height (DefaultMaxPixels when
 	// <= 0). It is checked from the file header before pixels are decoded.
 	MaxPixels int
+	// Stream lets DecodeBudgeted return a JPEG as a *Streamed that its
+	// consumer decodes (when a Budget is given and the file needs no EXIF
+	// rotation); its decoding errors then come from Streamed.Decode.
+	Stream bool
 }
 
 func (o Options) withDefaults() Options {
@@ -206,8 +210,10 @@ func sniff(data []byte) (format, error) {
 // libjpeg decodes goes into a buffer from pool (nil: a fresh one); that
 // buffer is returned as pooled, for the caller to give back with
 // pool.put once nothing holds the image, and is nil when the image does
-// not live in a pool buffer.
-func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error, pool *pixelPool) (img image.Image, pooled []byte, err error) {
+// not live in a pool buffer. With stream, a JPEG that needs no rotation
+// comes back as a *Streamed for its consumer to decode (pool must not be
+// nil).
+func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error, pool *pixelPool, stream bool) (img image.Image, pooled []byte, err error) {
 	f, err := sniff(data)
 	if err != nil {
 		return nil, nil, err
@@ -227,11 +233,15 @@ func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error, p
 			return nil, nil, err
 		}
 	}
+	if stream && pool != nil && f.name == "JPEG" && turboAvailable && jpegOrientation(data) <= 1 {
+		buf := pool.get(cfg.Width * cfg.Height * 4)
+		return newStream(data, f, cfg.Width, cfg.Height, buf), buf, nil
+	}
 	if f.name == "JPEG" && turboAvailable {
 		// libjpeg writes every byte of the buffer when it succeeds, so a
 		// recycled buffer's stale pixels are never seen.
 		buf := pool.get(cfg.Width * cfg.Height * 4)
-		if m, ok := decodeJPEGTurbo(data, cfg.Width, cfg.Height, buf); ok {
+		if m, ok := decodeJPEGTurbo(data, cfg.Width, cfg.Height, buf, nil); ok {
 			img, pooled = m, buf
 		} else {
 			pool.put(buf)

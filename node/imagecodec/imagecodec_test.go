@@ -9,6 +9,7 @@ import (
 	"image"
 	"image/color"
 	"image/color/palette"
+	"image/draw"
 	"image/gif"
 	"image/jpeg"
 	"image/png"
@@ -297,8 +298,15 @@ func FuzzDecode(f *testing.F) {
 	f.Add("====")
 	f.Add("https://x")
 	opts := Options{MaxBytes: 1 << 16, MaxPixels: 1 << 16}
+	bud := NewBudget(0)
 	f.Fuzz(func(t *testing.T, s string) {
 		img, err := decodeOpts(s, opts)
+		// Streamed (a JPEG decoded by its consumer): the same picture or
+		// the same error.
+		sImg, sErr := decodeStream(s, opts, bud)
+		if (err == nil) != (sErr == nil) || (err != nil && err.Error() != sErr.Error()) {
+			t.Fatalf("streamed: %v, at once: %v", sErr, err)
+		}
 		if err != nil {
 			if img != nil {
 				t.Fatal("image returned with an error")
@@ -309,6 +317,11 @@ func FuzzDecode(f *testing.F) {
 		b := img.Bounds()
 		if b.Empty() || b.Dx()*b.Dy() > opts.MaxPixels {
 			t.Fatalf("accepted image of %v beyond the limits", b)
+		}
+		want := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+		draw.Draw(want, want.Rect, img, b.Min, draw.Src)
+		if !bytes.Equal(want.Pix, sImg.(*image.RGBA).Pix) {
+			t.Fatal("streamed pixels differ from a decode at once")
 		}
 	})
 }

@@ -10,4 +10,4 @@ const turboAvailable = false
 
 // decodeJPEGTurbo is not available without cgo or with the nolibjpeg
 // build tag.
-func decodeJPEGTurbo([]byte, int, int, []byte) (*image.RGBA, bool) { return nil, false }
+func decodeJPEGTurbo([]byte, int, int, []byte, *int32) (*image.RGBA, bool) { return nil, false }

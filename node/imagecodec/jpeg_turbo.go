@@ -4,6 +4,7 @@ package imagecodec
 
 /*
 #cgo LDFLAGS: -l:libjpeg.a
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,20 @@ static void imEmit(j_common_ptr c, int level) {
 // on success and 1 on anything else: an error, a warning (corrupt or
 // truncated data), other dimensions, a colour space without an RGBA
 // conversion (CMYK, YCCK) or more than maxMem bytes of working memory.
-static int imDecode(const unsigned char *data, unsigned long n, unsigned char *dst, int stride, int w, int h, long maxMem) {
+// With progress not NULL, the number of rows written so far is stored
+// there (release order) after each batch of rows, for a reader on
+// another thread, and at the end h on success or -1 on anything else.
+static int imDecodeRows(const unsigned char *data, unsigned long n, unsigned char *dst, int stride, int w, int h, long maxMem, int32_t *progress);
+
+static int imDecode(const unsigned char *data, unsigned long n, unsigned char *dst, int stride, int w, int h, long maxMem, int32_t *progress) {
+	int r = imDecodeRows(data, n, dst, stride, w, h, maxMem, progress);
+	if (progress != NULL) {
+		__atomic_store_n(progress, r == 0 ? (int32_t)h : -1, __ATOMIC_RELEASE);
+	}
+	return r;
+}
+
+static int imDecodeRows(const unsigned char *data, unsigned long n, unsigned char *dst, int stride, int w, int h, long maxMem, int32_t *progress) {
 	struct jpeg_decompress_struct d;
 	imErr e;
 	JSAMPROW rows[16];
@@ -66,6 +80,9 @@ static int imDecode(const unsigned char *data, unsigned long n, unsigned char *d
 		if (jpeg_read_scanlines(&d, rows, k) == 0) {
 			break;
 		}
+		if (progress != NULL && !e.warnings && d.output_scanline < d.output_height) {
+			__atomic_store_n(progress, (int32_t)d.output_scanline, __ATOMIC_RELEASE);
+		}
 	}
 	if (d.output_scanline < d.output_height || e.warnings) {
 		jpeg_destroy_decompress(&d);
@@ -95,8 +112,10 @@ const turboAvailable = true
 // needs. It reports false for anything it does not decode cleanly (errors,
 // corrupt or truncated data, CMYK), for which the caller uses image/jpeg,
 // so which files are accepted and which errors are reported stay
-// image/jpeg's.
-func decodeJPEGTurbo(data []byte, w, h int, pix []byte) (*image.RGBA, bool) {
+// image/jpeg's. With progress not nil, the number of rows decoded so far
+// is stored there (atomically) as they are written, and at the end h on
+// success or -1 when it reports false.
+func decodeJPEGTurbo(data []byte, w, h int, pix []byte, progress *int32) (*image.RGBA, bool) {
 	if len(data) == 0 || w <= 0 || h <= 0 || len(pix) != w*h*4 {
 		return nil, false
 	}
@@ -107,7 +126,8 @@ func decodeJPEGTurbo(data []byte, w, h int, pix []byte) (*image.RGBA, bool) {
 	// make would have used.
 	maxMem := C.long(int64(w)*int64(h)*8 + 1<<20)
 	ok := C.imDecode((*C.uchar)(unsafe.Pointer(&data[0])), C.ulong(len(data)),
-		(*C.uchar)(unsafe.Pointer(&img.Pix[0])), C.int(img.Stride), C.int(w), C.int(h), maxMem) == 0
+		(*C.uchar)(unsafe.Pointer(&img.Pix[0])), C.int(img.Stride), C.int(w), C.int(h), maxMem,
+		(*C.int32_t)(unsafe.Pointer(progress))) == 0
 	if !ok {
 		return nil, false
 	}

@@ -84,7 +84,7 @@ func TestTurboMatchesImageJPEG(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		ref, refErr := jpeg.Decode(bytes.NewReader(data))
-		got, ok := decodeJPEGTurbo(data, cfg.Width, cfg.Height, make([]byte, cfg.Width*cfg.Height*4))
+		got, ok := decodeJPEGTurbo(data, cfg.Width, cfg.Height, make([]byte, cfg.Width*cfg.Height*4), nil)
 		switch {
 		case refErr != nil:
 			if ok {
@@ -135,7 +135,7 @@ func TestTurboRefusesDamage(t *testing.T) {
 	try := func(what string, d []byte) {
 		if _, err := jpeg.Decode(bytes.NewReader(d)); err != nil {
 			refused++
-			if _, ok := decodeJPEGTurbo(d, cfg.Width, cfg.Height, make([]byte, cfg.Width*cfg.Height*4)); ok {
+			if _, ok := decodeJPEGTurbo(d, cfg.Width, cfg.Height, make([]byte, cfg.Width*cfg.Height*4), nil); ok {
 				t.Errorf("%s: image/jpeg refuses it (%v), libjpeg-turbo decoded it", what, err)
 			}
 			// Decode reports image/jpeg's error (when the header still
@@ -158,7 +158,7 @@ func TestTurboRefusesDamage(t *testing.T) {
 	if refused < 10 {
 		t.Fatalf("only %d damaged files refused by image/jpeg; the test needs more", refused)
 	}
-	if _, ok := decodeJPEGTurbo(data, cfg.Width+1, cfg.Height, make([]byte, (cfg.Width+1)*cfg.Height*4)); ok {
+	if _, ok := decodeJPEGTurbo(data, cfg.Width+1, cfg.Height, make([]byte, (cfg.Width+1)*cfg.Height*4), nil); ok {
 		t.Error("decoded with other dimensions than the header's")
 	}
 }

@@ -41,7 +41,7 @@ func TestPoolClass(t *testing.T) {
 func TestDecodeIntoDirtyBuffer(t *testing.T) {
 	recycled := 0
 	for name, data := range turboCases(t) {
-		fresh, _, err := decodeImageWith(data, 1<<26, nil, nil)
+		fresh, _, err := decodeImageWith(data, 1<<26, nil, nil, false)
 		if err != nil {
 			continue
 		}
@@ -52,7 +52,7 @@ func TestDecodeIntoDirtyBuffer(t *testing.T) {
 			dirty[i] = byte(i*7 + 3)
 		}
 		p.put(dirty)
-		got, pooled, err := decodeImageWith(data, 1<<26, nil, &p)
+		got, pooled, err := decodeImageWith(data, 1<<26, nil, &p, false)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

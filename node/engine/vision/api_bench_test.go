@@ -66,6 +66,13 @@ func (t *timedEngine) Faces(ctx context.Context, req engine.FaceRequest) ([]engi
 	return t.Engine.(engine.FaceAnalyzer).Faces(ctx, req)
 }
 
+// TakesStreamedImages passes the engine's answer on, so that the API
+// streams JPEGs to the engines that take them, as it does unwrapped.
+func (t *timedEngine) TakesStreamedImages() bool {
+	sc, ok := t.Engine.(interface{ TakesStreamedImages() bool })
+	return ok && sc.TakesStreamedImages()
+}
+
 func (t *timedEngine) EmbeddingDim() int { return t.Engine.(engine.FaceAnalyzer).EmbeddingDim() }
 
 func (t *timedEngine) Describe(ctx context.Context, req engine.DescribeRequest) (string, error) {

@@ -172,6 +172,10 @@ type candidate struct {
 	box   [4]float32
 }
 
+// TakesStreamedImages reports that Detect takes a picture still being
+// decoded (see resampleImage).
+func (d *detector) TakesStreamedImages() bool { return true }
+
 // Detect finds the objects in req.Image. Boxes are in original-image pixels,
 // clipped to the image, best first. Cancelling ctx abandons the call while it
 // waits for a run slot and stops a run in progress.
@@ -188,13 +192,15 @@ func (d *detector) Detect(ctx context.Context, req engine.DetectRequest) ([]engi
 		return nil, errClosed
 	default:
 	}
-	src := toRGBA(req.Image)
 	s, err := d.m.acquire(ctx, d.done)
 	if err != nil {
 		return nil, err
 	}
-	resampleWindow(src, 0, 0, float64(src.Rect.Dx()), float64(src.Rect.Dy()), d.size, d.size, s.in[0], 1, 0)
-	err = d.m.run(ctx, s, 1)
+	b := req.Image.Bounds()
+	src, err := resampleImage(req.Image, 0, 0, float64(b.Dx()), float64(b.Dy()), d.size, d.size, s.in[0], 1, 0)
+	if err == nil {
+		err = d.m.run(ctx, s, 1)
+	}
 	var cands []candidate
 	if err == nil {
 		cands = d.peaks(s.out[0], s.out[1], thr)

@@ -206,16 +206,17 @@ func (f *faces) Faces(ctx context.Context, req engine.FaceRequest) ([]engine.Fac
 		return nil, errClosed
 	default:
 	}
-	src := toRGBA(req.Image)
-	w, h := src.Rect.Dx(), src.Rect.Dy()
+	w, h := req.Image.Bounds().Dx(), req.Image.Bounds().Dy()
 	side := float32(max(w, h))
 	ox, oy := float32(w-max(w, h))/2, float32(h-max(w, h))/2 // letterbox origin (<= 0)
 	s, err := f.det.acquire(ctx, f.done)
 	if err != nil {
 		return nil, err
 	}
-	resampleWindow(src, float64(ox), float64(oy), float64(side), float64(side), f.size, f.size, s.in[0], 1/127.5, -1)
-	err = f.det.run(ctx, s, 1)
+	src, err := resampleImage(req.Image, float64(ox), float64(oy), float64(side), float64(side), f.size, f.size, s.in[0], 1/127.5, -1)
+	if err == nil {
+		err = f.det.run(ctx, s, 1)
+	}
 	var raw []rawFace
 	if err == nil {
 		raw = f.decode(s.out, thr)
@@ -250,6 +251,10 @@ func (f *faces) Faces(ctx context.Context, req engine.FaceRequest) ([]engine.Fac
 	}
 	return out, nil
 }
+
+// TakesStreamedImages reports that Faces takes a picture still being
+// decoded (see resampleImage).
+func (f *faces) TakesStreamedImages() bool { return true }
 
 // decode turns the detector's outputs into faces scoring at least thr, best
 // first (at most maxFaceCandidates).

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // toRGBA returns img as an RGBA image with its origin at (0, 0). Alpha is
@@ -185,16 +186,8 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 	if dw <= 0 || dh <= 0 {
 		return
 	}
-	w, h := src.Rect.Dx(), src.Rect.Dy()
-	xt := triangleTaps(dw, w, x0, sw)
-	yt := triangleTaps(dh, h, y0, sh)
-	cx0, cx1 := xt.span()
-	_, ry1 := yt.span()
-	if ry1 > 0 && cx1 > 0 {
-		// Rows the taps read: the image must hold them.
-		_ = src.Pix[(ry1-1)*src.Stride+4*cx1-1]
-	}
-	parallelRows(dh, dw*dh+(cx1-cx0)*h/2, func(j0, j1 int) {
+	xt, yt, cx0, cx1 := resamplePlan(src, x0, y0, sw, sh, dw, dh)
+	parallelRows(dh, dw*dh+(cx1-cx0)*src.Rect.Dy()/2, func(j0, j1 int) {
 		vrow := make([]float32, 4*(cx1-cx0)+4)
 		if flush == nil {
 			resampleBand(src, cx0, cx1, &xt, &yt, j0, j1, mul, add, dst[j0*dw*3:j1*dw*3], vrow, level)
@@ -209,6 +202,112 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 			}
 		}
 	})
+}
+
+// resamplePlan is the filter taps of a resize of src's window (x0, y0, sw,
+// sh) to dw x dh and the columns [cx0, cx1) they read.
+func resamplePlan(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int) (xt, yt filterTaps, cx0, cx1 int) {
+	w, h := src.Rect.Dx(), src.Rect.Dy()
+	xt = triangleTaps(dw, w, x0, sw)
+	yt = triangleTaps(dh, h, y0, sh)
+	cx0, cx1 = xt.span()
+	_, ry1 := yt.span()
+	if ry1 > 0 && cx1 > 0 {
+		// Rows the taps read: the image must hold them.
+		_ = src.Pix[(ry1-1)*src.Stride+4*cx1-1]
+	}
+	return xt, yt, cx0, cx1
+}
+
+// rowStream is a JPEG its consumer decodes (imagecodec.Streamed, which
+// engines taking streamed images get from the API): Decode decodes it on
+// the calling goroutine into Buffer, row by row, and returns the picture
+// (redone: not Buffer, libjpeg gave up on the file) or its error; Rows(n),
+// on another goroutine meanwhile, waits until Buffer's first n rows are
+// decoded (false: they never will be).
+type rowStream interface {
+	image.Image
+	Decode() (img image.Image, redone bool, err error)
+	Buffer() *image.RGBA
+	Rows(n int) bool
+}
+
+// streamRows is how many output rows make one band of resampleImage's
+// work on a stream.
+const streamRows = 16
+
+// resampleImage is resampleWindow on any image, and returns the picture as
+// RGBA for the work after the resize. A rowStream is decoded on the
+// calling goroutine while a helper goroutine computes each band of output
+// rows as soon as the source rows it reads are decoded; bands the helper
+// has not taken when the decode ends are computed here. Everything is
+// computed again from the final picture when the decoder that finished is
+// not the one whose rows the helper read. The calling goroutine never
+// blocks on the helper (a band it waits for is being computed), so it
+// stays on its thread for the model run that follows.
+func resampleImage(img image.Image, x0, y0, sw, sh float64, dw, dh int, dst []float32, mul, add float32) (*image.RGBA, error) {
+	st, ok := img.(rowStream)
+	if !ok {
+		src := toRGBA(img)
+		resampleWindow(src, x0, y0, sw, sh, dw, dh, dst, mul, add)
+		return src, nil
+	}
+	if dw <= 0 || dh <= 0 {
+		final, _, err := st.Decode()
+		if err != nil {
+			return nil, err
+		}
+		return toRGBA(final), nil
+	}
+	buf := st.Buffer()
+	xt, yt, cx0, cx1 := resamplePlan(buf, x0, y0, sw, sh, dw, dh)
+	bands := int32((dh + streamRows - 1) / streamRows)
+	var next, settled atomic.Int32 // bands taken, bands finished or given up
+	var incomplete atomic.Bool     // a band was given up
+	band := func(k int32, vrow []float32) {
+		j, e := int(k)*streamRows, min(int(k+1)*streamRows, dh)
+		resampleBand(buf, cx0, cx1, &xt, &yt, j, e, mul, add, dst[j*dw*3:e*dw*3], vrow, bestLevel)
+	}
+	go func() {
+		vrow := make([]float32, 4*(cx1-cx0)+4)
+		for k := next.Add(1) - 1; k < bands; k = next.Add(1) - 1 {
+			// Taps move down with the output row: the band's last row
+			// reads the lowest source rows.
+			last := min(int(k+1)*streamRows, dh) - 1
+			if st.Rows(int(yt.first[last] + yt.count[last])) {
+				band(k, vrow)
+			} else {
+				incomplete.Store(true)
+			}
+			settled.Add(1)
+		}
+	}()
+	final, redone, err := st.Decode()
+	vrow := make([]float32, 4*(cx1-cx0)+4)
+	for k := next.Add(1) - 1; k < bands; k = next.Add(1) - 1 {
+		if err == nil && !redone {
+			band(k, vrow)
+		} else {
+			incomplete.Store(true)
+		}
+		settled.Add(1)
+	}
+	// What is left is a band the helper is computing (or about to find
+	// its rows for): spin, yielding only if it takes long (with one P the
+	// helper needs this goroutine to let it run).
+	for i := 0; settled.Load() < bands; i++ {
+		if i > 1000 {
+			runtime.Gosched()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	src := toRGBA(final)
+	if redone || incomplete.Load() {
+		resampleWindow(src, x0, y0, sw, sh, dw, dh, dst, mul, add)
+	}
+	return src, nil
 }
 
 // rotatedCrop samples a size x size square of src centred on (cx, cy), side
