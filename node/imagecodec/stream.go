@@ -111,6 +111,7 @@ func (s *Streamed) Rows(n int) bool {
 			return atomic.LoadInt32(s.progress) >= int32(n)
 		default:
 		}
+		osYield()
 	}
 }
 
