@@ -54,13 +54,18 @@ const spinningOption = "thread_spinning"
 // spinning parses the thread_spinning option; def is the engine's default.
 // A spinning pool thread keeps polling for work for a while after each
 // parallel section. That helps a model with many operators run alone
-// (CenterNet on a quiet machine: 25-31 ms spinning, 29-37 ms sleeping), but
-// the face engines run two sessions one after the other, and the
-// detector's spinning threads take the cores the embedder's run and the
-// Go pixel work between them need: on the shared 2-core reference machine
-// BlazeFace+FaceRes with one embedding took 24-25 ms sleeping and 29-30 ms
-// spinning, the bare runs alone 21-23 and 23-24 ms (BenchmarkSpinning640).
-// So the face engines default to off, the other engines to on.
+// (CenterNet on a quiet machine: 25-31 ms spinning, 29-37 ms sleeping).
+// Spinning sessions stop spinning when their last Run returns
+// (forceSpinningStop); before that, the face engines' two sessions in a
+// row lost to it (BlazeFace+FaceRes 29-30 ms spinning against 24-25
+// sleeping). With the stop, one request at a time is faster spinning
+// (BenchmarkSpinning640 on the 2-core reference machine: 14.6 against
+// 16.3 ms, 67-69 against 52-56 requests a second one after the other),
+// but concurrent requests are slower: with 2 and 4 callers 52-55 requests
+// a second spinning against 56 and 66 sleeping, the spinning threads of
+// one request's run taking the cores the other's needs. A node serves
+// concurrent requests, so the face engines default to off; the other
+// engines (one session a request) to on.
 func spinning(options map[string]string, def bool) (bool, error) {
 	switch v := options[spinningOption]; v {
 	case "":
