@@ -192,12 +192,12 @@ func (d *detector) Detect(ctx context.Context, req engine.DetectRequest) ([]engi
 		return nil, errClosed
 	default:
 	}
-	s, err := d.m.acquire(ctx, d.done)
+	s, img, err := d.m.acquireFor(ctx, d.done, req.Image)
 	if err != nil {
 		return nil, err
 	}
-	b := req.Image.Bounds()
-	src, err := resampleImage(req.Image, 0, 0, float64(b.Dx()), float64(b.Dy()), d.size, d.size, s.in[0], 1, 0)
+	b := img.Bounds()
+	src, err := resampleImage(img, 0, 0, float64(b.Dx()), float64(b.Dy()), d.size, d.size, s.in[0], 1, 0)
 	if err == nil {
 		err = d.m.run(ctx, s, 1)
 	}

@@ -209,11 +209,11 @@ func (f *faces) Faces(ctx context.Context, req engine.FaceRequest) ([]engine.Fac
 	w, h := req.Image.Bounds().Dx(), req.Image.Bounds().Dy()
 	side := float32(max(w, h))
 	ox, oy := float32(w-max(w, h))/2, float32(h-max(w, h))/2 // letterbox origin (<= 0)
-	s, err := f.det.acquire(ctx, f.done)
+	s, img, err := f.det.acquireFor(ctx, f.done, req.Image)
 	if err != nil {
 		return nil, err
 	}
-	src, err := resampleImage(req.Image, float64(ox), float64(oy), float64(side), float64(side), f.size, f.size, s.in[0], 1/127.5, -1)
+	src, err := resampleImage(img, float64(ox), float64(oy), float64(side), float64(side), f.size, f.size, s.in[0], 1/127.5, -1)
 	if err == nil {
 		err = f.det.run(ctx, s, 1)
 	}

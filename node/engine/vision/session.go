@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"os"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -253,6 +254,35 @@ func (m *model) acquire(ctx context.Context, done <-chan struct{}) (*slot, error
 	case <-done:
 		return nil, errClosed
 	}
+}
+
+// acquireFor is acquire for a request on img. When img is a JPEG still to
+// be decoded (a rowStream) and no slot is free, it decodes it first and
+// returns the picture: the slot is then held for the resize and the run
+// only, as when the API decoded the picture, so a queue of requests keeps
+// the model busy; with a free slot the stream comes back, for the resize
+// to run beside the decode (resampleImage).
+func (m *model) acquireFor(ctx context.Context, done <-chan struct{}, img image.Image) (*slot, image.Image, error) {
+	if st, ok := img.(rowStream); ok {
+		select {
+		case s := <-m.slots:
+			select {
+			case <-done:
+				m.slots <- s
+				return nil, nil, errClosed
+			default:
+			}
+			return s, img, nil
+		default:
+		}
+		final, _, err := st.Decode()
+		if err != nil {
+			return nil, nil, err
+		}
+		img = final
+	}
+	s, err := m.acquire(ctx, done)
+	return s, img, err
 }
 
 func (m *model) release(s *slot) { m.slots <- s }

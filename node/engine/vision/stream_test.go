@@ -88,6 +88,73 @@ func TestResampleImageStreamed(t *testing.T) {
 	}
 }
 
+// TestAcquireForDecodesWhenBusy: with a free run slot a stream comes back
+// undecoded (the resize will run beside the decode); with every slot
+// taken it is decoded while the caller waits, so the slot, once free, is
+// held for the resize and the run only.
+func TestAcquireForDecodesWhenBusy(t *testing.T) {
+	f := loadFaces(t).(*faces)
+	var photo bytes.Buffer
+	if err := jpeg.Encode(&photo, testPattern(64, 48), &jpeg.Options{Quality: 90}); err != nil {
+		t.Fatal(err)
+	}
+	stream := func() *imagecodec.Streamed {
+		img, release, err := imagecodec.DecodeBudgeted(context.Background(), base64.StdEncoding.EncodeToString(photo.Bytes()),
+			imagecodec.Options{Stream: true}, imagecodec.NewBudget(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(release)
+		return img.(*imagecodec.Streamed)
+	}
+	ctx := context.Background()
+
+	st := stream()
+	s, img, err := f.det.acquireFor(ctx, f.done, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img != image.Image(st) {
+		t.Errorf("free slot: got %T, want the stream itself", img)
+	}
+	f.det.release(s)
+
+	held, err := f.det.acquire(ctx, f.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = stream()
+	type result struct {
+		s   *slot
+		img image.Image
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		s, img, err := f.det.acquireFor(ctx, f.done, st)
+		got <- result{s, img, err}
+	}()
+	// Rows reports the whole picture once the waiting caller has decoded
+	// it; the slot is still taken.
+	if !st.Rows(48) {
+		t.Fatal("the stream was not decoded while its caller waited for a slot")
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("acquireFor returned while every slot was taken: %v", r.err)
+	default:
+	}
+	f.det.release(held)
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if _, ok := r.img.(*image.RGBA); !ok {
+		t.Errorf("busy: got %T, want the decoded picture", r.img)
+	}
+	f.det.release(r.s)
+}
+
 // The engines the API streams JPEGs to say so.
 var (
 	_ interface{ TakesStreamedImages() bool } = (*faces)(nil)
