@@ -77,13 +77,8 @@ func TestDecodeIntoDirtyBuffer(t *testing.T) {
 // TestBudgetedReleaseRecycles: releasing a budgeted JPEG hands its pixels
 // back once, however often release is called.
 func TestBudgetedReleaseRecycles(t *testing.T) {
-	var data []byte
-	for _, d := range turboCases(t) {
-		data = d
-		break
-	}
 	bud := NewBudget(0)
-	s := base64.StdEncoding.EncodeToString(data)
+	s := base64.StdEncoding.EncodeToString(plainJPEG(t))
 	for range 3 {
 		img, release, err := DecodeBudgeted(context.Background(), s, Options{}, bud)
 		if err != nil {
@@ -95,7 +90,24 @@ func TestBudgetedReleaseRecycles(t *testing.T) {
 		release()
 		release()
 	}
+	budgetReturned(t, bud)
+}
+
+// plainJPEG is a 4:2:0 test JPEG that libjpeg decodes.
+func plainJPEG(t *testing.T) []byte {
+	t.Helper()
+	d := turboCases(t)["video-001.q50.420.jpeg"]
+	if d == nil {
+		t.Fatal("testdata/video-001.q50.420.jpeg is missing")
+	}
+	return d
+}
+
+// budgetReturned fails t unless every byte of bud is free.
+func budgetReturned(t *testing.T, bud *Budget) {
+	t.Helper()
 	if err := bud.sem.Acquire(context.Background(), bud.max); err != nil {
 		t.Fatalf("the budget was not fully returned: %v", err)
 	}
+	bud.sem.Release(bud.max)
 }

@@ -78,9 +78,7 @@ func TestStreamedMatchesDecode(t *testing.T) {
 	if streamed == 0 {
 		t.Fatal("no file was streamed")
 	}
-	if err := bud.sem.Acquire(context.Background(), bud.max); err != nil {
-		t.Fatalf("the budget was not fully returned: %v", err)
-	}
+	budgetReturned(t, bud)
 }
 
 // TestStreamedRowsWhileDecoding: a reader on another goroutine copies each
@@ -137,13 +135,8 @@ func TestStreamedRowsWhileDecoding(t *testing.T) {
 // it gives its buffer and budget back, and then reports an error instead
 // of decoding into a buffer it no longer owns.
 func TestStreamedReleasedUndecoded(t *testing.T) {
-	var data []byte
-	for _, d := range turboCases(t) {
-		data = d
-		break
-	}
 	bud := NewBudget(0)
-	img, release, err := DecodeBudgeted(context.Background(), base64.StdEncoding.EncodeToString(data), Options{Stream: true}, bud)
+	img, release, err := DecodeBudgeted(context.Background(), base64.StdEncoding.EncodeToString(plainJPEG(t)), Options{Stream: true}, bud)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,9 +151,7 @@ func TestStreamedReleasedUndecoded(t *testing.T) {
 	if st.Rows(1) {
 		t.Fatal("a released stream reports rows")
 	}
-	if err := bud.sem.Acquire(context.Background(), bud.max); err != nil {
-		t.Fatalf("the budget was not fully returned: %v", err)
-	}
+	budgetReturned(t, bud)
 }
 
 // TestStreamOnlyWhenAsked: without Options.Stream, or without a budget (no
