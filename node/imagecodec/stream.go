@@ -90,12 +90,13 @@ func (s *Streamed) Buffer() *image.RGBA { return s.rgba }
 // (libjpeg gave up on the file, or it was released undecoded); Decode
 // then tells what to use instead.
 //
-// It spins, without yielding, for as long as libjpeg is decoding on the
-// other goroutine (libjpeg always ends by storing its row count or -1):
-// the wait is bounded by the decode, and yielding put the scheduler's
-// threads in competition with the decoding one for the cores (in a
-// 640x480 CenterNet request the decode took 1.9 ms instead of 1.1 at the
-// median).
+// It spins for as long as libjpeg is decoding on the other goroutine
+// (libjpeg always ends by storing its row count or -1, so the wait is
+// bounded by the decode), without yielding to the Go scheduler, whose
+// threads then competed with the decoding one for the cores (in a 640x480
+// CenterNet request the decode took 1.9 ms instead of 1.1 at the median),
+// but giving its CPU to any other runnable thread between checks
+// (sched_yield): it is often woken on the decoder's own CPU.
 func (s *Streamed) Rows(n int) bool {
 	n = min(n, s.rgba.Rect.Dy())
 	for {
