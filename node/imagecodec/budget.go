@@ -112,7 +112,7 @@ func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img
 		}
 		release = r
 		return nil
-	}, pool, opts.Stream && b != nil)
+	}, pool, opts.Stream)
 	if err != nil {
 		release()
 		return nil, nil, err

@@ -233,7 +233,11 @@ func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error, p
 			return nil, nil, err
 		}
 	}
-	if stream && pool != nil && f.name == "JPEG" && turboAvailable && jpegOrientation(data) <= 1 {
+	orientation := 1
+	if f.name == "JPEG" {
+		orientation = jpegOrientation(data)
+	}
+	if stream && pool != nil && f.name == "JPEG" && turboAvailable && orientation <= 1 {
 		buf := pool.get(cfg.Width * cfg.Height * 4)
 		return newStream(data, f, cfg.Width, cfg.Height, buf), buf, nil
 	}
@@ -252,13 +256,11 @@ func decodeImageWith(data []byte, maxPixels int, reserve func(w, h int) error, p
 			return nil, nil, inputErr("image could not be decoded as %s: %v", f.name, err)
 		}
 	}
-	if f.name == "JPEG" {
-		// Rotating needs a copy; Cost's working-copy share covers it.
-		if o := orient(img, jpegOrientation(data)); o != img {
-			img = o
-			pool.put(pooled)
-			pooled = nil
-		}
+	// Rotating needs a copy; Cost's working-copy share covers it.
+	if o := orient(img, orientation); o != img {
+		img = o
+		pool.put(pooled)
+		pooled = nil
 	}
 	b := img.Bounds()
 	if b.Empty() || int64(b.Dx())*int64(b.Dy()) > int64(maxPixels) {

@@ -9,7 +9,7 @@ import (
 // request otherwise allocates (and the runtime zeroes) a fresh 1.2 MB
 // buffer that libjpeg overwrites entirely, and the garbage collector runs
 // for it every few requests. Buffers come in power-of-two size classes
-// from minPooled to maxPooled bytes; larger images get their own
+// from 1<<minPooledShift to 1<<maxPooledShift bytes; larger images get their own
 // allocation, so one big photo is not kept alive by the pool. A
 // sync.Pool drops what it holds over two collections, so an idle node
 // returns the memory.
@@ -24,7 +24,7 @@ type pixelPool struct {
 	classes [maxPooledShift - minPooledShift + 1]sync.Pool
 }
 
-// class is the index of the size class holding n bytes, or -1 when n is
+// poolClass is the index of the size class holding n bytes, or -1 when n is
 // outside the pooled range.
 func poolClass(n int) int {
 	if n <= 0 || n > 1<<maxPooledShift {

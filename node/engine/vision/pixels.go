@@ -188,7 +188,7 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 	}
 	xt, yt, cx0, cx1 := resamplePlan(src, x0, y0, sw, sh, dw, dh)
 	parallelRows(dh, dw*dh+(cx1-cx0)*src.Rect.Dy()/2, func(j0, j1 int) {
-		vrow := make([]float32, 4*(cx1-cx0)+4)
+		vrow := vrowFor(cx0, cx1)
 		if flush == nil {
 			resampleBand(src, cx0, cx1, &xt, &yt, j0, j1, mul, add, dst[j0*dw*3:j1*dw*3], vrow, level)
 			return
@@ -203,6 +203,10 @@ func resampleRows(src *image.RGBA, x0, y0, sw, sh float64, dw, dh int, mul, add 
 		}
 	})
 }
+
+// vrowFor is the scratch row resampleBand's vertical pass fills for the
+// columns [cx0, cx1) (RGBA floats, one vector of slack).
+func vrowFor(cx0, cx1 int) []float32 { return make([]float32, 4*(cx1-cx0)+4) }
 
 // resamplePlan is the filter taps of a resize of src's window (x0, y0, sw,
 // sh) to dw x dh and the columns [cx0, cx1) they read.
@@ -269,7 +273,7 @@ func resampleImage(img image.Image, x0, y0, sw, sh float64, dw, dh int, dst []fl
 		resampleBand(buf, cx0, cx1, &xt, &yt, j, e, mul, add, dst[j*dw*3:e*dw*3], vrow, bestLevel)
 	}
 	go func() {
-		vrow := make([]float32, 4*(cx1-cx0)+4)
+		vrow := vrowFor(cx0, cx1)
 		for k := next.Add(1) - 1; k < bands; k = next.Add(1) - 1 {
 			// Taps move down with the output row: the band's last row
 			// reads the lowest source rows.
@@ -283,7 +287,7 @@ func resampleImage(img image.Image, x0, y0, sw, sh float64, dw, dh int, dst []fl
 		}
 	}()
 	final, redone, err := st.Decode()
-	vrow := make([]float32, 4*(cx1-cx0)+4)
+	vrow := vrowFor(cx0, cx1)
 	for k := next.Add(1) - 1; k < bands; k = next.Add(1) - 1 {
 		if err == nil && !redone {
 			band(k, vrow)

@@ -261,20 +261,11 @@ func (m *model) acquire(ctx context.Context, done <-chan struct{}) (*slot, error
 // returns the picture: the slot is then held for the resize and the run
 // only, as when the API decoded the picture, so a queue of requests keeps
 // the model busy; with a free slot the stream comes back, for the resize
-// to run beside the decode (resampleImage).
+// to run beside the decode (resampleImage). (Another request may take
+// that slot first; this one then waits with its picture still to decode,
+// and decodes it once it holds the slot.)
 func (m *model) acquireFor(ctx context.Context, done <-chan struct{}, img image.Image) (*slot, image.Image, error) {
-	if st, ok := img.(rowStream); ok {
-		select {
-		case s := <-m.slots:
-			select {
-			case <-done:
-				m.slots <- s
-				return nil, nil, errClosed
-			default:
-			}
-			return s, img, nil
-		default:
-		}
+	if st, ok := img.(rowStream); ok && len(m.slots) == 0 {
 		final, _, err := st.Decode()
 		if err != nil {
 			return nil, nil, err
