@@ -8,6 +8,14 @@
 #   direct   the client calls B
 #   mesh     the client calls node A (no models), which forwards to B over
 #            the node-to-node Connect protocol: the mesh hop
+#   rawgo    the floor of a Go hop: a loop over raw TCP that scans each
+#            message's head for Content-Length and copies it to a pooled
+#            connection to B (no net/http, no routing; not a proxy anyone
+#            should run: it shows what the language and runtime cost)
+#   nethttp  net/http's server in front of B, writing each request to a
+#            pooled connection and reading the answer with
+#            http.ReadResponse on the handler's goroutine (no transport
+#            goroutines): what net/http's server adds to rawgo
 #   goproxy  Go's net/http/httputil.ReverseProxy in front of B (a small
 #            program this script builds; the project's yardstick)
 #   nginx    nginx in front of B (upstream keep-alive), when installed
@@ -33,6 +41,7 @@
 #   HOPBENCH_DURATION  seconds per measurement (default 5)
 #   HOPBENCH_ROUNDS    rounds (default 3)
 #   HOPBENCH_PORT      first of the loopback ports used (default 28100)
+#   HOPBENCH_FLOORS    0: leave out the rawgo and nethttp paths
 #   HOPBENCH_STREAM    0: the entry node gives every request a Connect
 #                      call of its own (--forward-stream=false); default:
 #                      the multiplexed stream, as a node does by default
@@ -80,6 +89,7 @@ trap cleanup EXIT
 B_HTTP=$PORT; B_GOSSIP=$((PORT + 1)); B_RPC=$((PORT + 2))
 A_HTTP=$((PORT + 10)); A_GOSSIP=$((PORT + 11)); A_RPC=$((PORT + 12))
 RP_PORT=$((PORT + 20)); NGINX_PORT=$((PORT + 21)); HAPROXY_PORT=$((PORT + 22))
+RAW_PORT=$((PORT + 23)); NETHTTP_PORT=$((PORT + 24))
 
 echo "hopbench: building" >&2
 go build -o "$W/infermesh" ./cmd/infermesh
@@ -117,6 +127,179 @@ func main() {
 }
 EOF
 (cd "$W/goproxy" && GO111MODULE=off go build -o goproxy main.go)
+mkdir -p "$W/floors"
+cat >"$W/floors/main.go" <<'EOF'
+// The floors of a Go hop in front of B, both over pooled keep-alive
+// connections to it: "raw" (no net/http at all) and "nethttp" (net/http's
+// server, the upstream exchange written and read on the handler's
+// goroutine). Only what the benchmark sends is handled: requests and
+// answers with Content-Length; anything else ends the connection.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+)
+
+// upstream is one pooled connection to B.
+type upstream struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+var (
+	target = os.Args[3]
+	pool   = make(chan *upstream, 1024)
+)
+
+func get() (*upstream, error) {
+	select {
+	case u := <-pool:
+		return u, nil
+	default:
+	}
+	c, err := net.Dial("tcp", target)
+	if err != nil {
+		return nil, err
+	}
+	return &upstream{c: c, r: bufio.NewReaderSize(c, 16<<10)}, nil
+}
+
+func put(u *upstream) {
+	select {
+	case pool <- u:
+	default:
+		u.c.Close()
+	}
+}
+
+var errFraming = errors.New("floors: only Content-Length messages")
+
+// readMessage appends one HTTP/1.1 message (head and Content-Length body)
+// from r to buf[:0].
+func readMessage(r *bufio.Reader, buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	n := 0
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, line...)
+		if len(line) <= 2 {
+			break
+		}
+		if i := bytes.IndexByte(line, ':'); i > 0 {
+			switch k := line[:i]; {
+			case bytes.EqualFold(k, []byte("Content-Length")):
+				if n, err = strconv.Atoi(string(bytes.TrimSpace(line[i+1:]))); err != nil || n < 0 || n > 1<<20 {
+					return nil, errFraming
+				}
+			case bytes.EqualFold(k, []byte("Transfer-Encoding")):
+				return nil, errFraming
+			}
+		}
+	}
+	head := len(buf)
+	buf = append(buf, make([]byte, n)...)
+	_, err := io.ReadFull(r, buf[head:])
+	return buf, err
+}
+
+// raw serves one client connection: each request goes to B as it came.
+func raw(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 16<<10)
+	var req, resp []byte
+	for {
+		var err error
+		if req, err = readMessage(r, req); err != nil {
+			return
+		}
+		u, err := get()
+		if err != nil {
+			return
+		}
+		if _, err = u.c.Write(req); err == nil {
+			resp, err = readMessage(u.r, resp)
+		}
+		if err != nil {
+			u.c.Close()
+			return
+		}
+		put(u)
+		if _, err := c.Write(resp); err != nil {
+			return
+		}
+	}
+}
+
+// hop is the nethttp handler: the request's head is written afresh
+// (method, target, Host, Content-Type, Content-Length) with its body in
+// one write to B.
+func hop(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength < 0 || r.ContentLength > 1<<20 {
+		http.Error(w, errFraming.Error(), http.StatusBadRequest)
+		return
+	}
+	req := append(make([]byte, 0, 256+r.ContentLength), r.Method+" "+r.RequestURI+" HTTP/1.1\r\nHost: "+r.Host+
+		"\r\nContent-Type: "+r.Header.Get("Content-Type")+"\r\nContent-Length: "+strconv.FormatInt(r.ContentLength, 10)+"\r\n\r\n"...)
+	head := len(req)
+	req = req[:head+int(r.ContentLength)]
+	if _, err := io.ReadFull(r.Body, req[head:]); err != nil {
+		return
+	}
+	u, err := get()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var resp *http.Response
+	if _, err = u.c.Write(req); err == nil {
+		resp, err = http.ReadResponse(u.r, r)
+	}
+	if err != nil {
+		u.c.Close()
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, err = io.Copy(w, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.Close {
+		u.c.Close()
+		return
+	}
+	put(u)
+}
+
+func main() {
+	ln, err := net.Listen("tcp", os.Args[2])
+	if err != nil {
+		panic(err)
+	}
+	if os.Args[1] == "nethttp" {
+		panic(http.Serve(ln, http.HandlerFunc(hop)))
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			panic(err)
+		}
+		go raw(c)
+	}
+}
+EOF
+(cd "$W/floors" && GO111MODULE=off go build -o floors main.go)
 
 echo "hopbench: starting nodes" >&2
 mkdir -p "$W/a" "$W/b"
@@ -131,6 +314,16 @@ env ${HOPBENCH_A_ENV:-} "$W/infermesh" serve --data-dir "$W/a" --node-id hop-a -
 A_PID=$!; PIDS+=("$A_PID")
 "$W/goproxy/goproxy" 127.0.0.1:$RP_PORT http://127.0.0.1:$B_HTTP 2>"$W/goproxy.log" &
 RP_PID=$!; PIDS+=("$RP_PID")
+if [ "${HOPBENCH_FLOORS:-1}" != 0 ]; then
+  # GOGC=400: their live heaps are tiny, and at Go's default the GC would
+  # run every few hundred requests; the mesh node sets a heap floor of its
+  # own (cmd/infermesh/gcfloor.go), so the GC's pace does not decide the
+  # comparison.
+  GOGC=400 "$W/floors/floors" raw 127.0.0.1:$RAW_PORT 127.0.0.1:$B_HTTP 2>"$W/rawgo.log" &
+  RAW_PID=$!; PIDS+=("$RAW_PID")
+  GOGC=400 "$W/floors/floors" nethttp 127.0.0.1:$NETHTTP_PORT 127.0.0.1:$B_HTTP 2>"$W/nethttp.log" &
+  NETHTTP_PID=$!; PIDS+=("$NETHTTP_PID")
+fi
 
 BODY='{"model":"'$MODEL'","input":"the quick brown fox jumps over the lazy dog"}'
 cat >"$W/post.lua" <<EOF
@@ -157,6 +350,11 @@ wait_ok() {
 PATHS=(direct mesh goproxy)
 declare -A URL=([direct]=http://127.0.0.1:$B_HTTP [mesh]=http://127.0.0.1:$A_HTTP [goproxy]=http://127.0.0.1:$RP_PORT)
 declare -A PROC=([direct]="" [mesh]=$A_PID [goproxy]=$RP_PID)
+if [ "${HOPBENCH_FLOORS:-1}" != 0 ]; then
+  PATHS+=(rawgo nethttp)
+  URL[rawgo]=http://127.0.0.1:$RAW_PORT; PROC[rawgo]=$RAW_PID
+  URL[nethttp]=http://127.0.0.1:$NETHTTP_PORT; PROC[nethttp]=$NETHTTP_PID
+fi
 
 if [ -n "$NGINX" ]; then
   mkdir -p "$W/nginx"
