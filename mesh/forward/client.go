@@ -195,7 +195,8 @@ func newTransport(cfg ClientConfig) *http.Transport {
 // request bodies up to 1 MiB to it as in-memory readers: Connect passes its
 // own buffer type, for which net/http flushes the headers in a write of
 // their own before the body; with a known in-memory body both leave in one
-// write.
+// write. A Multiplex stream's response body gets a read buffer
+// (bufferedBody).
 type memBody struct {
 	rt http.RoundTripper
 }
@@ -203,6 +204,13 @@ type memBody struct {
 // Do reads a small body into memory and sends the request. The request is
 // Connect's, built for this one call, so its body is replaced in place.
 func (m memBody) Do(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == forwardv1connect.ForwardServiceMultiplexProcedure {
+		resp, err := m.rt.RoundTrip(r)
+		if err == nil {
+			resp.Body = bufferedBody(resp.Body)
+		}
+		return resp, err
+	}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > 1<<20 {
 		return m.rt.RoundTrip(r)
 	}

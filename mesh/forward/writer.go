@@ -1,9 +1,11 @@
 package forward
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 
@@ -44,11 +46,31 @@ func gateFlushes(h http.Handler) http.Handler {
 		}
 		g := &flushGate{ResponseWriter: w}
 		ctx := context.WithValue(r.Context(), gateKey{}, g)
-		if r.URL.Path == forwardv1connect.ForwardServiceMultiplexProcedure && channelAuthenticated(r.TLS) {
-			ctx = context.WithValue(ctx, tlsPeerKey{}, true)
+		if r.URL.Path == forwardv1connect.ForwardServiceMultiplexProcedure {
+			if channelAuthenticated(r.TLS) {
+				ctx = context.WithValue(ctx, tlsPeerKey{}, true)
+			}
+			r.Body = bufferedBody(r.Body)
 		}
 		h.ServeHTTP(g, r.WithContext(ctx))
 	})
+}
+
+// streamReadBuffer is the read buffer of either end of a Multiplex
+// stream.
+const streamReadBuffer = 64 << 10
+
+// bufferedBody puts a read buffer in front of a Multiplex stream's body.
+// Connect reads each message with two or more reads (its 5-byte prefix,
+// then the payload), and on HTTP/2 every read of a body costs: on the
+// server a message to the connection's serve goroutine (which wakes it),
+// on the client the transport's locks and flow-control bookkeeping. One
+// buffered read takes whatever has arrived, often several messages.
+func bufferedBody(body io.ReadCloser) io.ReadCloser {
+	return struct {
+		*bufio.Reader
+		io.Closer
+	}{bufio.NewReaderSize(body, streamReadBuffer), body}
 }
 
 func flushGateFrom(ctx context.Context) *flushGate {
