@@ -77,6 +77,7 @@ fuzz:
 	$(FUZZ) 5000x -fuzz '^FuzzSchemaAutomaton$$' ./node/engine/chat
 	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
 	$(FUZZ) 3000x -fuzz '^FuzzPixelKernels$$' ./node/engine/vision
+	$(FUZZ) 20000x -fuzz '^FuzzWholeEnvelopes$$' ./mesh/forward
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...

@@ -87,10 +87,14 @@ func TestMultiplexBodiesBuffered(t *testing.T) {
 	}
 
 	body := &countingBody{r: bytes.NewReader(data)}
-	rt := roundTripFunc(func(*http.Request) (*http.Response, error) {
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if _, ok := r.Body.(*wholeEnvelopes); !ok {
+			t.Errorf("client: the transport reads the request body as %T, want *wholeEnvelopes", r.Body)
+		}
 		return &http.Response{StatusCode: http.StatusOK, Body: body, Header: http.Header{}}, nil
 	})
 	req := httptest.NewRequest(http.MethodPost, "http://peer"+forwardv1connect.ForwardServiceMultiplexProcedure, nil)
+	req.Body = io.NopCloser(bytes.NewReader(nil))
 	resp, err := memBody{rt}.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -106,3 +110,116 @@ func TestMultiplexBodiesBuffered(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestWholeEnvelopes: a Multiplex stream's request body, written as
+// Connect writes it (each message's prefix and payload in writes of
+// their own, through a pipe), reads as whole messages — one DATA frame
+// each for the HTTP/2 transport — and the bytes come through unchanged,
+// also when the reader's buffer is smaller than a message.
+func TestWholeEnvelopes(t *testing.T) {
+	var msgs [][]byte
+	for _, size := range []int{100, 0, 3, 70000, 1} {
+		msgs = append(msgs, envelopes(1, size))
+	}
+	write := func() *io.PipeReader {
+		pr, pw := io.Pipe()
+		go func() {
+			for _, m := range msgs {
+				if _, err := pw.Write(m[:5]); err != nil {
+					return
+				}
+				if len(m) > 5 {
+					if _, err := pw.Write(m[5:]); err != nil {
+						return
+					}
+				}
+			}
+			pw.Close()
+		}()
+		return pr
+	}
+	var all []byte
+	for _, m := range msgs {
+		all = append(all, m...)
+	}
+
+	w := &wholeEnvelopes{body: write()}
+	buf := make([]byte, 256<<10)
+	var got []byte
+	for i := 0; ; i++ {
+		n, err := w.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < len(msgs) && n != len(msgs[i]) {
+			t.Fatalf("read %d returned %d bytes, want message %d whole (%d bytes)", i, n, i, len(msgs[i]))
+		}
+	}
+	if !bytes.Equal(got, all) {
+		t.Fatal("bytes changed on the way")
+	}
+
+	got, err := io.ReadAll(struct{ io.Reader }{&wholeEnvelopes{body: write()}}) // small reads
+	if err != nil || !bytes.Equal(got, all) {
+		t.Fatalf("small reads: err %v, bytes equal %v", err, bytes.Equal(got, all))
+	}
+	small := make([]byte, 7)
+	w = &wholeEnvelopes{body: write()}
+	got = got[:0]
+	for {
+		n, err := w.Read(small)
+		got = append(got, small[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, all) {
+		t.Fatal("7-byte reads: bytes changed on the way")
+	}
+}
+
+// FuzzWholeEnvelopes: whatever bytes a body holds and however they are
+// split into writes, they come through wholeEnvelopes unchanged and the
+// reads end.
+func FuzzWholeEnvelopes(f *testing.F) {
+	f.Add(envelopes(3, 10), uint8(5), uint8(64))
+	f.Add([]byte{0, 0, 0, 1, 0, 7}, uint8(1), uint8(3))
+	f.Add([]byte{0, 255, 255, 255, 255, 1, 2}, uint8(2), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, split, bufSize uint8) {
+		pr, pw := io.Pipe()
+		go func() {
+			rest := data
+			for len(rest) > 0 {
+				k := min(int(split)+1, len(rest))
+				if _, err := pw.Write(rest[:k]); err != nil {
+					return
+				}
+				rest = rest[k:]
+			}
+			pw.Close()
+		}()
+		w := &wholeEnvelopes{body: pr}
+		buf := make([]byte, int(bufSize)+1)
+		var got []byte
+		for {
+			n, err := w.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("got %d bytes, want the %d written", len(got), len(data))
+		}
+	})
+}

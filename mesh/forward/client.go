@@ -195,8 +195,8 @@ func newTransport(cfg ClientConfig) *http.Transport {
 // request bodies up to 1 MiB to it as in-memory readers: Connect passes its
 // own buffer type, for which net/http flushes the headers in a write of
 // their own before the body; with a known in-memory body both leave in one
-// write. A Multiplex stream's response body gets a read buffer
-// (bufferedBody).
+// write. A Multiplex stream's request body is read in whole messages
+// (wholeEnvelopes) and its response body through a buffer (bufferedBody).
 type memBody struct {
 	rt http.RoundTripper
 }
@@ -205,6 +205,9 @@ type memBody struct {
 // Connect's, built for this one call, so its body is replaced in place.
 func (m memBody) Do(r *http.Request) (*http.Response, error) {
 	if r.URL.Path == forwardv1connect.ForwardServiceMultiplexProcedure {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &wholeEnvelopes{body: r.Body}
+		}
 		resp, err := m.rt.RoundTrip(r)
 		if err == nil {
 			resp.Body = bufferedBody(resp.Body)

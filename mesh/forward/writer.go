@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -316,3 +317,55 @@ func (w *streamWriter) serve(h http.Handler, r *http.Request) (err error) {
 func bodyAllowed(status int) bool {
 	return status != http.StatusNoContent && status != http.StatusNotModified && (status < 100 || status >= 200)
 }
+
+// wholeEnvelopes is a Multiplex stream's request body as the HTTP/2
+// transport reads it. Connect writes each message into its pipe in two
+// writes (the 5-byte prefix, then the payload), and the transport sends
+// every read of the body as a DATA frame with a flush of its own: two
+// frames and two write system calls per message, and two frames for the
+// peer's reader. Read returns only once the envelopes it read are whole
+// (or p is full, or the body fails), so a message leaves in one frame.
+// The rest of an envelope is always on its way: Connect writes the
+// payload right after the prefix, in the same Send.
+type wholeEnvelopes struct {
+	body   io.ReadCloser
+	prefix [5]byte
+	have   int // prefix bytes read of the envelope in progress
+	left   int // its payload bytes not yet read
+}
+
+// Read implements io.Reader.
+func (w *wholeEnvelopes) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := w.body.Read(p[n:])
+		w.track(p[n : n+m])
+		n += m
+		if err != nil || (w.have == 0 && w.left == 0) {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// track follows the envelope framing over b.
+func (w *wholeEnvelopes) track(b []byte) {
+	for len(b) > 0 {
+		if w.left > 0 {
+			k := min(w.left, len(b))
+			w.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(w.prefix[w.have:], b)
+		w.have += k
+		b = b[k:]
+		if w.have == len(w.prefix) {
+			w.left = int(binary.BigEndian.Uint32(w.prefix[1:]))
+			w.have = 0
+		}
+	}
+}
+
+// Close implements io.Closer.
+func (w *wholeEnvelopes) Close() error { return w.body.Close() }
