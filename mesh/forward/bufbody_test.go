@@ -143,45 +143,39 @@ func TestWholeEnvelopes(t *testing.T) {
 		all = append(all, m...)
 	}
 
-	w := &wholeEnvelopes{body: write()}
-	buf := make([]byte, 256<<10)
-	var got []byte
-	for i := 0; ; i++ {
-		n, err := w.Read(buf)
-		got = append(got, buf[:n]...)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	got := readThrough(t, &wholeEnvelopes{body: write()}, 256<<10, func(i, n int) {
 		if i < len(msgs) && n != len(msgs[i]) {
 			t.Fatalf("read %d returned %d bytes, want message %d whole (%d bytes)", i, n, i, len(msgs[i]))
 		}
-	}
+	})
 	if !bytes.Equal(got, all) {
 		t.Fatal("bytes changed on the way")
 	}
-
-	got, err := io.ReadAll(struct{ io.Reader }{&wholeEnvelopes{body: write()}}) // small reads
-	if err != nil || !bytes.Equal(got, all) {
-		t.Fatalf("small reads: err %v, bytes equal %v", err, bytes.Equal(got, all))
+	for _, size := range []int{7, 512} {
+		if got := readThrough(t, &wholeEnvelopes{body: write()}, size, nil); !bytes.Equal(got, all) {
+			t.Fatalf("%d-byte reads: bytes changed on the way", size)
+		}
 	}
-	small := make([]byte, 7)
-	w = &wholeEnvelopes{body: write()}
-	got = got[:0]
-	for {
-		n, err := w.Read(small)
-		got = append(got, small[:n]...)
+}
+
+// readThrough reads r to its end with reads of size bytes, calling each
+// (when set) with every read's index and length, and returns the bytes.
+func readThrough(t *testing.T, r io.Reader, size int, each func(i, n int)) []byte {
+	t.Helper()
+	buf := make([]byte, size)
+	var got []byte
+	for i := 0; ; i++ {
+		n, err := r.Read(buf)
+		got = append(got, buf[:n]...)
 		if err == io.EOF {
-			break
+			return got
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if !bytes.Equal(got, all) {
-		t.Fatal("7-byte reads: bytes changed on the way")
+		if each != nil {
+			each(i, n)
+		}
 	}
 }
 
@@ -205,19 +199,7 @@ func FuzzWholeEnvelopes(f *testing.F) {
 			}
 			pw.Close()
 		}()
-		w := &wholeEnvelopes{body: pr}
-		buf := make([]byte, int(bufSize)+1)
-		var got []byte
-		for {
-			n, err := w.Read(buf)
-			got = append(got, buf[:n]...)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		got := readThrough(t, &wholeEnvelopes{body: pr}, int(bufSize)+1, nil)
 		if !bytes.Equal(got, data) {
 			t.Fatalf("got %d bytes, want the %d written", len(got), len(data))
 		}
