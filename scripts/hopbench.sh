@@ -144,6 +144,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 )
 
@@ -207,7 +208,7 @@ func readMessage(r *bufio.Reader, buf []byte) ([]byte, error) {
 		}
 	}
 	head := len(buf)
-	buf = append(buf, make([]byte, n)...)
+	buf = slices.Grow(buf, n)[:head+n]
 	_, err := io.ReadFull(r, buf[head:])
 	return buf, err
 }
@@ -248,11 +249,11 @@ func hop(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, errFraming.Error(), http.StatusBadRequest)
 		return
 	}
-	req := append(make([]byte, 0, 256+r.ContentLength), r.Method+" "+r.RequestURI+" HTTP/1.1\r\nHost: "+r.Host+
-		"\r\nContent-Type: "+r.Header.Get("Content-Type")+"\r\nContent-Length: "+strconv.FormatInt(r.ContentLength, 10)+"\r\n\r\n"...)
-	head := len(req)
-	req = req[:head+int(r.ContentLength)]
-	if _, err := io.ReadFull(r.Body, req[head:]); err != nil {
+	head := r.Method + " " + r.RequestURI + " HTTP/1.1\r\nHost: " + r.Host + "\r\nContent-Type: " + r.Header.Get("Content-Type") +
+		"\r\nContent-Length: " + strconv.FormatInt(r.ContentLength, 10) + "\r\n\r\n"
+	req := make([]byte, len(head)+int(r.ContentLength))
+	copy(req, head)
+	if _, err := io.ReadFull(r.Body, req[len(head):]); err != nil {
 		return
 	}
 	u, err := get()
