@@ -24,6 +24,12 @@ import (
 // it leads, the membership reconcile loop.
 type Node struct {
 	leaderSeen atomic.Int64 // unix nanos when CaughtUp first saw a leader
+	// usable is set once the replica has caught up with a leader since
+	// this process started (see Usable).
+	usable atomic.Bool
+	// restored says raft found state on disk at start; started is when.
+	restored bool
+	started  time.Time
 	cfg        Config
 	logger     *slog.Logger
 	raft       *raft.Raft
@@ -148,6 +154,7 @@ func New(c Config) (*Node, error) {
 		return fail(fmt.Errorf("consensus: start raft: %w", err))
 	}
 	n.raft = r
+	n.restored, n.started = has, cfg.Clock.Now()
 	n.wg.Add(1)
 	go n.watchLeadership()
 	if !has && cfg.Join {
@@ -194,11 +201,37 @@ func (n *Node) CaughtUp() bool {
 	return n.cfg.Clock.Now().Sub(time.Unix(0, first)) >= caughtUpGrace && n.raft.AppliedIndex() >= n.raft.LastIndex()
 }
 
-// watchLeader records when this node first learns of a leader, for CaughtUp.
+// Usable reports whether this replica of the keys and policy can serve
+// reads, which is all inference needs: it has caught up with a leader since
+// this process started (and stays usable when the leader is lost later: a
+// lost quorum stops writes, not reads), or it restarted from state on disk
+// and no leader has appeared within restoredGrace (a mesh that lost its
+// quorum while this node was down; its keys are those on disk).
+func (n *Node) Usable() bool {
+	if n.usable.Load() {
+		return true
+	}
+	if n.CaughtUp() {
+		n.usable.Store(true)
+		return true
+	}
+	return n.restored && n.Leader() == "" && n.cfg.Clock.Now().Sub(n.started) >= restoredGrace
+}
+
+// restoredGrace is how long a node restarted from disk waits for a leader
+// before its replica counts as usable without one: several election
+// timeouts, so a healthy mesh elects a leader well within it.
+const restoredGrace = 10 * time.Second
+
+// watchLeader records when this node first learns of a leader, for
+// CaughtUp, then when its replica first caught up, for Usable.
 func (n *Node) watchLeader() {
 	for n.raft.State() != raft.Shutdown {
-		if n.Leader() != "" {
+		if n.leaderSeen.Load() == 0 && n.Leader() != "" {
 			n.leaderSeen.Store(n.cfg.Clock.Now().UnixNano())
+		}
+		if n.leaderSeen.Load() != 0 && n.CaughtUp() {
+			n.usable.Store(true)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

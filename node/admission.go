@@ -139,6 +139,13 @@ func (n *admission) Authenticate(r *http.Request) (context.Context, *apierr.Erro
 	return auth.WithCaller(r.Context(), caller), nil
 }
 
+// CallerKeyID is the id of the key the caller in ctx authenticated with,
+// "" for keyless callers.
+func (n *admission) CallerKeyID(ctx context.Context) string {
+	c, _ := auth.CallerFrom(ctx)
+	return c.KeyID
+}
+
 // Admit counts a request for model against the caller's limits; done
 // reports how it ended.
 func (n *admission) Admit(r *http.Request, model string, body []byte) (func(api.Served), *apierr.Error) {

@@ -262,21 +262,36 @@ func (n *backend) canonicalID(id string) string {
 func (n *backend) Draining() bool { return n.draining.Load() }
 
 // NotReady says why keyed requests may not be served yet: the raft
-// replica that holds the API keys has no leader or has not caught up (the
-// same test Authenticate uses to answer unknown keys 503
-// replica_catching_up); "" when the node is ready.
+// replica that holds the API keys has not caught up with a leader since
+// the node started (consensus.Node.Usable); "" when the node is ready.
+// A replica that caught up stays ready when the quorum is lost later:
+// inference needs the keys, not a leader.
 func (n *backend) NotReady() string {
 	c := n.cluster
 	if c.raft == nil {
 		return "the node's cluster is not started"
 	}
-	if c.raft.CaughtUp() {
+	if c.raft.Usable() {
 		return ""
 	}
 	if c.raft.Leader() == "" {
 		return "no raft leader is known yet, so this node's copy of the API keys may be stale"
 	}
 	return "this node's copy of the API keys and policy is catching up with the raft leader"
+}
+
+// WritesBlocked says why writes to the replicated state (keys, policy,
+// quotas) cannot commit now, or "" when a leader is known. A node stays
+// ready for inference while it is not "".
+func (n *backend) WritesBlocked() string {
+	c := n.cluster
+	switch {
+	case c.raft == nil:
+		return "the node's cluster is not started"
+	case c.raft.Leader() == "":
+		return "no raft leader is known: key, policy and quota writes wait for a quorum"
+	}
+	return ""
 }
 
 // drainingOnly reports whether model id (canonical or wire id; "" means

@@ -126,19 +126,27 @@ type Config struct {
 	// that received nothing this long; the pull moves to the next source.
 	PullStallTimeout time.Duration
 	// BodyBudget is the most request-body bytes all client connections
-	// may hold at once (default 512 MiB); beyond it requests get 503 with
-	// Retry-After before their body is read.
+	// may hold at once (default 512 MiB), charged as bytes arrive; a body
+	// that would cross it gets 503 with Retry-After.
 	BodyBudget int64
+	// BodyShare is the most of BodyBudget one API key, and one client
+	// address, may hold at once (0: a quarter of the budget); beyond it
+	// that caller gets 429 body_share_exceeded and others are served.
+	BodyShare int64
 	// BodyMinRate is the slowest a request body may arrive after
 	// BodyGrace, in bytes per second (default 32 KiB/s); slower senders
 	// get 408 and lose the connection.
 	BodyMinRate int64
-	// BodyGrace is how long any body may take before BodyMinRate applies
-	// (default 10s).
+	// BodyGrace is how long any body may take before BodyMinRate applies,
+	// and the longest it may go without a byte arriving (default 10s).
 	BodyGrace time.Duration
 	// ImageBudget bounds the memory decoded request images may hold at
 	// once (default 1 GiB); larger concurrent images wait their turn.
 	ImageBudget int64
+	// Sessions bounds live transcription sessions: per node, per API key
+	// and per client address, apart from the in-flight cap, with idle and
+	// total time limits (zero fields take api.SessionLimits' defaults).
+	Sessions api.SessionLimits
 	// MaxConnsPerClient caps the open client connections from one address
 	// (default 1024; 0 turns the cap off, e.g. behind a proxy).
 	MaxConnsPerClient int
@@ -204,6 +212,8 @@ func Defaults() Config {
 		BodyGrace:         api.DefaultBodyGrace,
 		MaxConnsPerClient: 1024,
 		ImageBudget:       imagecodec.DefaultBudget,
+		Sessions: api.SessionLimits{PerNode: api.DefaultSessionsPerNode, PerKey: api.DefaultSessionsPerKey,
+			PerClient: api.DefaultSessionsPerClient, Idle: api.DefaultSessionIdle, MaxDuration: api.LiveMaxDuration},
 
 		PullStallTimeout: 30 * time.Second,
 
@@ -313,6 +323,9 @@ func (c *Config) Validate() error {
 	if c.BodyBudget < 1<<20 {
 		errs = append(errs, fmt.Errorf("body budget %d: want at least 1 MiB", c.BodyBudget))
 	}
+	if c.BodyShare < 0 || c.BodyShare > c.BodyBudget {
+		errs = append(errs, fmt.Errorf("body share %d: want 0 (a quarter of the budget) up to the budget %d", c.BodyShare, c.BodyBudget))
+	}
 	if c.BodyMinRate < 1 {
 		errs = append(errs, fmt.Errorf("body min rate %d: must be positive", c.BodyMinRate))
 	}
@@ -321,6 +334,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ImageBudget < 64<<20 {
 		errs = append(errs, fmt.Errorf("image budget %d: want at least 64 MiB", c.ImageBudget))
+	}
+	if l := c.Sessions; l.PerNode < 0 || l.PerKey < 0 || l.PerClient < 0 || l.Idle < 0 || l.MaxDuration < 0 || l.MaxDuration > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("session limits %+v: counts and durations must not be negative, and sessions last at most 24h", l))
 	}
 	if c.MaxConnsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("max conns per client %d: must not be negative", c.MaxConnsPerClient))

@@ -131,10 +131,12 @@ func (n *Node) newImageGate() *api.ImageGate {
 // requests and those peers forward to it — through the busy gate, by the
 // request's X-Service-Priority. A refusal is 503 with Retry-After, which
 // dispatch treats like any busy node: the request moves on to the next
-// holder while nothing has reached the client.
+// holder while nothing has reached the client. A live session holds no
+// slot (it would hold it for minutes): sessions are capped apart, in the
+// API's session limits.
 func (n *admission) gateLocal(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n.gate == nil || !limits.Gated(auth.Classify(r.Method, r.URL.Path)) {
+		if n.gate == nil || !limits.Gated(auth.Classify(r.Method, r.URL.Path)) || auth.LiveSession(r.Method, r.URL.Path) {
 			h.ServeHTTP(w, r)
 			return
 		}

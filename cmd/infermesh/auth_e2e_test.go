@@ -17,6 +17,11 @@ import (
 // keyed sends a request with an API key (empty: none) and returns the
 // status and error code.
 func keyed(p *proc, key, method, path string, body any) (int, string) {
+	return keyedWith(http.DefaultClient, p, key, method, path, body)
+}
+
+// keyedWith is keyed through client c.
+func keyedWith(c *http.Client, p *proc, key, method, path string, body any) (int, string) {
 	var buf bytes.Buffer
 	if body != nil {
 		json.NewEncoder(&buf).Encode(body)
@@ -26,7 +31,7 @@ func keyed(p *proc, key, method, path string, body any) (int, string) {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -76,7 +76,15 @@ func expectLimit(t *testing.T, what string, status int, code string, h http.Head
 // metricSum adds every sample of a metric family whose labels contain
 // all of match (each a `name="value"` pair).
 func metricSum(p *proc, name string, match ...string) (float64, error) {
+	return metricSumKeyed(p, "", name, match...)
+}
+
+// metricSumKeyed is metricSum with an API key ("" for none).
+func metricSumKeyed(p *proc, key, name string, match ...string) (float64, error) {
 	req, _ := http.NewRequest("GET", p.url("/v1/server/metrics"), nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err

@@ -9,22 +9,31 @@ import (
 	"time"
 
 	"github.com/infermesh/infermesh/node/apierr"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // BodyLimits bound what slow or large request bodies can cost a node.
+// Bodies are budgeted as their bytes arrive, after the caller is
+// authenticated: a declared Content-Length reserves nothing, so a
+// connection that only declares a large body holds nothing.
 type BodyLimits struct {
 	// Budget is the most bytes of request bodies all connections together
-	// may hold in memory; a request whose declared length does not fit is
-	// answered 503 with Retry-After before anything is read, and one
-	// without a length that crosses it while reading gets the same.
-	// 0 means DefaultBodyBudget.
+	// may hold in memory; a body that would cross it while reading is
+	// answered 503 with Retry-After. 0 means DefaultBodyBudget.
 	Budget int64
+	// Share is the most of the budget one API key, and separately one
+	// client address, may hold at once; a body that would cross its
+	// caller's share is answered 429 body_share_exceeded, and other
+	// callers keep being served. 0 means a quarter of Budget.
+	Share int64
 	// MinRate is the slowest a body may arrive, in bytes per second, after
 	// Grace; a slower sender has its connection's read deadline pass and
 	// is answered 408. 0 means DefaultBodyMinRate.
 	MinRate int64
-	// Grace is how long a body may take before MinRate applies.
-	// 0 means DefaultBodyGrace.
+	// Grace is how long a body may take before MinRate applies, and the
+	// longest it may go without a byte arriving (measured from its last
+	// progress, so a body that stalls late is cut as fast as one that
+	// stalls early). 0 means DefaultBodyGrace.
 	Grace time.Duration
 }
 
@@ -39,6 +48,9 @@ func (l BodyLimits) withDefaults() BodyLimits {
 	if l.Budget <= 0 {
 		l.Budget = DefaultBodyBudget
 	}
+	if l.Share <= 0 || l.Share > l.Budget {
+		l.Share = l.Budget / 4
+	}
 	if l.MinRate <= 0 {
 		l.MinRate = DefaultBodyMinRate
 	}
@@ -49,76 +61,118 @@ func (l BodyLimits) withDefaults() BodyLimits {
 }
 
 // errBodyBudget and errBodySlow are what a gated body's Read returns when
-// the node-wide budget is spent or the sender is too slow.
+// the node-wide budget is spent or the sender is too slow; a
+// *bodyShareError when its caller's share is.
 var (
 	errBodyBudget = errors.New("request body budget exhausted")
 	errBodySlow   = errors.New("request body arrived too slowly")
 )
 
-// bodyBudget counts the body bytes held by requests in progress.
-type bodyBudget struct {
-	mu   sync.Mutex
-	used int64
-	max  int64
+// bodyShareError is a gated body's Read error when the caller (an API key
+// or a client address) holds its whole share of the budget.
+type bodyShareError struct {
+	holder string // "API key key_…" or "client address …"
+	share  int64
 }
 
-func (b *bodyBudget) take(n int64) bool {
+func (e *bodyShareError) Error() string {
+	return fmt.Sprintf("%s holds its share (%d MiB) of the node's request-body budget", e.holder, e.share>>20)
+}
+
+// bodyBudget counts the body bytes held by requests in progress, in all
+// and by holder (an API key, a client address).
+type bodyBudget struct {
+	mu    sync.Mutex
+	used  int64
+	max   int64
+	share int64
+	by    map[string]int64
+}
+
+func newBodyBudget(l BodyLimits) *bodyBudget {
+	return &bodyBudget{max: l.Budget, share: l.Share, by: map[string]int64{}}
+}
+
+// take charges n bytes to the budget and to each holder, or nothing and
+// the error that refused it.
+func (b *bodyBudget) take(n int64, holders []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for _, h := range holders {
+		if b.by[h]+n > b.share {
+			return &bodyShareError{holder: h, share: b.share}
+		}
+	}
 	if b.used+n > b.max {
-		return false
+		return errBodyBudget
 	}
 	b.used += n
-	return true
+	for _, h := range holders {
+		b.by[h] += n
+	}
+	return nil
 }
 
-func (b *bodyBudget) give(n int64) {
+func (b *bodyBudget) give(n int64, holders []string) {
+	if n == 0 {
+		return
+	}
 	b.mu.Lock()
 	b.used -= n
+	for _, h := range holders {
+		if b.by[h] -= n; b.by[h] <= 0 {
+			delete(b.by, h)
+		}
+	}
 	b.mu.Unlock()
 }
 
 // gatedBody wraps a request body: each read moves the connection's read
-// deadline to when the bytes read so far plus the next chunk are due at
-// the minimum rate, and charges what it reads to the node's budget.
+// deadline to the earlier of when the bytes read so far plus the next chunk
+// are due at the minimum rate and Grace after the last byte arrived, and
+// charges what it reads to the node's budget and its holders' shares.
 type gatedBody struct {
-	body   io.ReadCloser
-	rc     *http.ResponseController
-	budget *bodyBudget
-	lim    BodyLimits
-	start  time.Time
-	clock  func() time.Time
-	read   int64
-	// charged is the bytes read and charged beyond the reservation (0
-	// while within it).
+	body    io.ReadCloser
+	rc      *http.ResponseController
+	budget  *bodyBudget
+	holders []string
+	lim     BodyLimits
+	start   time.Time
+	last    time.Time // when the last bytes arrived
+	clock   func() time.Time
+	read    int64
+	// charged is the bytes read and charged to the budget.
 	charged int64
-	// reserved was taken up front from the declared length.
-	reserved int64
 	// declared is the Content-Length (0: unknown).
 	declared int64
 	// complete is set once the whole body has been read.
 	complete bool
+	// refused counts bodies the budget or a share refused.
+	refused prometheus.Counter
 }
 
 const gateChunk = 64 << 10
 
 func (g *gatedBody) Read(p []byte) (int, error) {
-	due := g.start.Add(g.lim.Grace + time.Duration(float64(g.read+gateChunk)/float64(g.lim.MinRate)*float64(time.Second)))
-	// Setting a deadline fails only on writers that cannot (tests'
-	// recorders); the rate then goes unenforced, the budget still holds.
-	_ = g.rc.SetReadDeadline(due)
 	if g.complete {
 		return g.body.Read(p)
 	}
+	due := g.start.Add(g.lim.Grace + time.Duration(float64(g.read+gateChunk)/float64(g.lim.MinRate)*float64(time.Second)))
+	if stall := g.last.Add(g.lim.Grace); stall.Before(due) {
+		due = stall
+	}
+	// Setting a deadline fails only on writers that cannot (tests'
+	// recorders); the rate then goes unenforced, the budget still holds.
+	_ = g.rc.SetReadDeadline(due)
 	n, err := g.body.Read(p)
-	g.read += int64(n)
-	// Bytes beyond what the body already holds (its reservation, or what
-	// it charged before) are charged now.
-	if held := g.held(); g.read > held {
-		if !g.budget.take(g.read - held) {
-			return n, errBodyBudget
+	if n > 0 {
+		g.read += int64(n)
+		g.last = g.clock()
+		if terr := g.budget.take(int64(n), g.holders); terr != nil {
+			g.refused.Inc()
+			return n, terr
 		}
-		g.charged = g.read
+		g.charged += int64(n)
 	}
 	if err != nil && !errors.Is(err, io.EOF) && !g.clock().Before(due) {
 		return n, fmt.Errorf("%w: %v", errBodySlow, err)
@@ -139,38 +193,37 @@ func (g *gatedBody) Close() error { return g.body.Close() }
 // the handler fails fast for a sender that stalled; the server sets new
 // deadlines before the connection's next request.
 func (g *gatedBody) release() {
-	g.budget.give(g.held())
+	g.budget.give(g.charged, g.holders)
 }
 
-// held is what the body holds in the budget: its reservation, or the
-// bytes read beyond it.
-func (g *gatedBody) held() int64 { return max(g.charged, g.reserved) }
+// bodyHolders are who a request's body bytes are charged to: the API key
+// the caller authenticated with (when it used one) and its client address.
+func (s *Server) bodyHolders(r *http.Request) []string {
+	var hs []string
+	if s.opt.Admission != nil {
+		if id := s.opt.Admission.CallerKeyID(r.Context()); id != "" {
+			hs = append(hs, "API key "+id)
+		}
+	}
+	if a := ClientAddr(r.Context()); a != "" {
+		hs = append(hs, "client address "+a)
+	}
+	return hs
+}
 
 // gateBodies is middleware that puts every request body under the node's
-// BodyLimits. A declared length that cannot fit the budget now is refused
-// with 503 and Retry-After before a byte is read.
+// BodyLimits. It runs after authentication, so the holders it charges are
+// known; nothing is reserved before bytes arrive.
 func (s *Server) gateBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
-		g := &gatedBody{body: r.Body, rc: http.NewResponseController(w), budget: s.bodies, lim: s.bodyLim, start: s.opt.Clock(), clock: s.opt.Clock}
-		if r.ContentLength > 0 {
-			// A body larger than every route accepts is refused by the
-			// route's own limit (413); reserve at most that much.
-			want := min(r.ContentLength, MaxImageBody+1)
-			if !s.bodies.take(want) {
-				s.metrics.bodyRefused.Inc()
-				e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeOverloaded, "",
-					"The server is holding too many request bodies; retry shortly.")
-				e.RetryAfter = 1
-				w.Header().Set("Connection", "close")
-				apierr.Write(w, e)
-				return
-			}
-			g.reserved, g.declared = want, r.ContentLength
-		}
+		now := s.opt.Clock()
+		g := &gatedBody{body: r.Body, rc: http.NewResponseController(w), budget: s.bodies, holders: s.bodyHolders(r),
+			lim: s.bodyLim, start: now, last: now, clock: s.opt.Clock, declared: max(r.ContentLength, 0),
+			refused: s.metrics.bodyRefused}
 		defer g.release()
 		r.Body = g
 		next.ServeHTTP(w, r)
@@ -179,7 +232,13 @@ func (s *Server) gateBodies(next http.Handler) http.Handler {
 
 // bodyReadError maps an error from reading a gated body to the answer.
 func bodyReadError(err error) error {
+	var share *bodyShareError
 	switch {
+	case errors.As(err, &share):
+		e := apierr.New(http.StatusTooManyRequests, apierr.TypeRateLimit, apierr.CodeBodyShare, "",
+			"The "+share.Error()+"; retry when its other requests have been read.")
+		e.RetryAfter = 1
+		return e
 	case errors.Is(err, errBodyBudget):
 		e := apierr.New(http.StatusServiceUnavailable, apierr.TypeServer, apierr.CodeOverloaded, "",
 			"The server is holding too many request bodies; retry shortly.")

@@ -164,6 +164,10 @@ func (s *Server) dashboardData(w http.ResponseWriter, r *http.Request) {
 			st["state"], st["reason"] = "ready", "serving requests"
 		}
 	}
+	st["governance"] = "ok"
+	if why := s.opt.Backend.WritesBlocked(); why != "" {
+		st["governance"], st["governance_reason"] = "no_quorum", why
+	}
 	var mesh MeshView
 	if d := s.opt.MeshView; d != nil {
 		mesh = d.Dashboard()
@@ -171,6 +175,7 @@ func (s *Server) dashboardData(w http.ResponseWriter, r *http.Request) {
 	}
 	snap := s.metrics.recent.snapshot(now, mesh.Usage)
 	st["inflight"] = s.metrics.recent.inflight()
+	st["live_sessions"], st["live_sessions_cap"] = s.sessions.open(), s.sessions.lim.PerNode
 	st["requests_total"] = snap.Requests
 	st["errors_total"] = snap.Errors
 	st["client_errors_total"] = snap.ClientErrors

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/infermesh/infermesh/node/apierr"
@@ -29,14 +30,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	var b []byte
 	var err error
 	if r.ContentLength > 0 {
-		// A declared length is allocated once, not grown by doubling.
-		b = make([]byte, r.ContentLength)
-		var n int
-		n, err = io.ReadFull(r.Body, b)
-		b = b[:n]
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = nil
-		}
+		b, err = readDeclared(r.Body, r.ContentLength)
 	} else {
 		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
 	}
@@ -46,6 +40,29 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if int64(len(b)) > limit {
 		return nil, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "",
 			fmt.Sprintf("Request body is larger than %d bytes.", limit))
+	}
+	return b, nil
+}
+
+// readDeclared reads a body of declared length n. Memory follows the
+// bytes that arrive, not the declared length: a small body is allocated
+// once, a large one grows by doubling up to n, so a connection that only
+// declares a large body holds next to nothing.
+func readDeclared(body io.Reader, n int64) ([]byte, error) {
+	const exact = 1 << 20
+	b := make([]byte, 0, min(n, exact))
+	for int64(len(b)) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, int(min(int64(cap(b)), n-int64(cap(b)))))
+		}
+		m, err := body.Read(b[len(b):min(int64(cap(b)), n)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
 	}
 	return b, nil
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -28,7 +29,8 @@ import (
 const (
 	// LiveMaxMessage bounds one client message (binary or text).
 	LiveMaxMessage = 256 << 10
-	// LiveMaxDuration bounds one session's wall-clock time.
+	// LiveMaxDuration is the default bound of one session's wall-clock
+	// time (SessionLimits.MaxDuration).
 	LiveMaxDuration = 30 * time.Minute
 	// LiveMaxBytes bounds the bytes one session may receive (about two
 	// hours of 16 kHz PCM).
@@ -128,6 +130,12 @@ func (s *Server) liveTranscriptions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vad := veng.(engine.VoiceDetector)
+	release, e := s.sessions.serve()
+	if e != nil {
+		apierr.Write(w, e)
+		return
+	}
+	defer release()
 	vs, err := vad.NewStream()
 	if err != nil {
 		writeErr(w, err)
@@ -151,10 +159,11 @@ func (s *Server) liveTranscriptions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(LiveMaxMessage)
-	ctx, cancel := context.WithTimeout(r.Context(), LiveMaxDuration)
+	lim := s.sessions.lim
+	ctx, cancel := context.WithTimeout(r.Context(), lim.MaxDuration)
 	defer cancel()
 	ls := &liveSession{
-		conn: conn, tr: tr, vad: vs, frame: vad.FrameSize(), p: p, clock: s.opt.Clock,
+		conn: conn, tr: tr, vad: vs, frame: vad.FrameSize(), p: p, clock: s.opt.Clock, lim: lim,
 		seg:   newSegmenter(defaultSegmenter),
 		binRS: newResampler(p.binRate), jsonRS: newResampler(p.jsonRate),
 		deltaEvery: engine.SpeechSampleRate,
@@ -174,6 +183,7 @@ type liveSession struct {
 	frame int
 	p     liveParams
 	clock func() time.Time
+	lim   SessionLimits
 
 	seg           *segmenter
 	binRS, jsonRS *resampler
@@ -202,11 +212,24 @@ func closeWith(code websocket.StatusCode, format string, args ...any) *liveClose
 // closes it.
 func (ls *liveSession) run(ctx context.Context) {
 	for {
+		// Each message must arrive whole within the idle timeout: a silent
+		// client, a frame header without its mask and a frame trickled a
+		// byte at a time are all closed then.
+		// The timer closes the session with 1008 (a deadline on Read's
+		// context would drop the connection without a close frame).
+		var idle atomic.Bool
+		timer := time.AfterFunc(ls.lim.Idle, func() {
+			idle.Store(true)
+			ls.conn.Close(websocket.StatusPolicyViolation, fmt.Sprintf("no whole message for %s: the session is closed as idle", ls.lim.Idle))
+		})
 		typ, data, err := ls.conn.Read(ctx)
+		if !timer.Stop() || idle.Load() {
+			return // closed as idle
+		}
 		if err != nil {
 			switch {
 			case errors.Is(ctx.Err(), context.DeadlineExceeded):
-				ls.conn.Close(websocket.StatusPolicyViolation, "the session reached its time limit (30 minutes)")
+				ls.conn.Close(websocket.StatusPolicyViolation, fmt.Sprintf("the session reached its time limit (%s)", ls.lim.MaxDuration))
 			case websocket.CloseStatus(err) == websocket.StatusMessageTooBig:
 				// The library already closed with 1009.
 			default:

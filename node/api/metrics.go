@@ -16,8 +16,8 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	inflight prometheus.Gauge
 	recent   *recentStats
-	// bodyRefused counts requests refused because the body budget was
-	// spent.
+	// bodyRefused counts request bodies refused because the node's body
+	// budget, or the caller's share of it, was spent.
 	bodyRefused prometheus.Counter
 }
 
@@ -39,7 +39,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "infermesh_http_body_budget_refusals_total",
-		Help: "Requests answered 503 because the node-wide request body budget was spent.",
+		Help: "Request bodies refused while arriving because the node-wide request body budget (503) or the caller's share of it (429) was spent.",
 	})
 	m.recent = newRecentStats()
 	if reg != nil {

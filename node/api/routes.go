@@ -22,7 +22,7 @@ var UnsupportedPaths = []string{
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.common, s.gateBodies, s.cors, s.authenticate)
+	r.Use(s.common, s.cors, s.authenticate, s.gateBodies)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.TypeInvalidRequest, apierr.CodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)))
@@ -99,7 +99,11 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/images/describe", wrap(MaxImageBody, string(engine.TaskImageDescription), false, s.imagesDescribe))
 	r.Post("/audio/speech", wrap(MaxJSONBody, "", false, s.audioSpeech))
 	r.Get("/audio/voices", wrap(MaxJSONBody, "", true, s.audioVoices))
-	r.Get("/audio/transcriptions/stream", stripLiveKey(wrap(MaxJSONBody, "", false, s.liveTranscriptions)))
+	live := stripLiveKey(wrap(MaxJSONBody, "", false, s.liveTranscriptions))
+	if routed {
+		live = s.liveEntry(live)
+	}
+	r.Get("/audio/transcriptions/stream", live)
 	r.Post("/audio/clone", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioClone))
 }
 

@@ -96,10 +96,15 @@ type Backend interface {
 	Members() []Member
 	// Draining reports whether the node is shutting down.
 	Draining() bool
-	// NotReady says why the node cannot serve every request yet (its copy
-	// of the replicated keys is catching up, no leader is known); "" when
-	// it can. /readyz answers 503 with the reason while it is not "".
+	// NotReady says why the node cannot serve keyed requests yet (its
+	// copy of the replicated keys has not caught up since it started);
+	// "" when it can. /readyz answers 503 with the reason while it is not
+	// "". A replica that caught up stays usable when the quorum is lost.
 	NotReady() string
+	// WritesBlocked says why writes to the replicated state cannot commit
+	// now (no raft leader); "" when they can. It does not make the node
+	// unready: /readyz reports it in its "governance" field.
+	WritesBlocked() string
 	// Status describes the node for the dashboard; the API adds request
 	// statistics to it.
 	Status() NodeStatus
@@ -203,6 +208,11 @@ type Admission interface {
 	// request body when it was read (for EstimateTokens), else nil. An
 	// error is 429 or 503.
 	Admit(r *http.Request, model string, body []byte) (func(Served), *apierr.Error)
+	// CallerKeyID is the id of the API key the authenticated caller in
+	// ctx used, or "" for callers without one (the local operator, the
+	// legacy listener, public probes): body shares and session caps are
+	// kept per key.
+	CallerKeyID(ctx context.Context) string
 }
 
 // Options configures the API.
@@ -249,6 +259,8 @@ type Options struct {
 	MeshView DashboardSource
 	// Bodies bounds request bodies (zero fields take the defaults).
 	Bodies BodyLimits
+	// Sessions bounds live sessions (zero fields take the defaults).
+	Sessions SessionLimits
 	// ChatServed, when set, is called after this node answered a chat
 	// request in full, with the canonical model id, the request and the
 	// generated message (prefix-aware routing records it).
@@ -270,8 +282,10 @@ type Server struct {
 	local   chi.Router
 	bodies  *bodyBudget
 	bodyLim BodyLimits
-	images  *imagecodec.Budget
-	audio   *audioenc.Encoder
+	// sessions counts live sessions (sessions.go).
+	sessions *sessionTable
+	images   *imagecodec.Budget
+	audio    *audioenc.Encoder
 }
 
 // New builds the API router.
@@ -281,7 +295,8 @@ func New(opt Options) *Server {
 	}
 	s := &Server{opt: opt, log: opt.Logger, metrics: newMetrics(opt.Registry)}
 	s.bodyLim = opt.Bodies.withDefaults()
-	s.bodies = &bodyBudget{max: s.bodyLim.Budget}
+	s.bodies = newBodyBudget(s.bodyLim)
+	s.sessions = newSessionTable(opt.Sessions, opt.Registry)
 	s.images = imagecodec.NewBudget(opt.ImageBudget)
 	s.audio = audioenc.New()
 	s.router = s.routes()

@@ -91,6 +91,13 @@ const (
 	CodeFreeLocalOnly = "free_plan_local_only"
 )
 
+// Codes of a caller over its fair share of a node (429 rate_limit_error):
+// the request bodies it holds while they arrive, its open live sessions.
+const (
+	CodeBodyShare    = "body_share_exceeded"
+	CodeSessionLimit = "session_limit_exceeded"
+)
+
 // Codes of the model routes and of a pull's error event (node/models).
 const (
 	CodeModelBlocked      = "model_blocked"

@@ -178,5 +178,12 @@ func Counted(method, path string) bool {
 		return true
 	}
 	// Live transcription is a WebSocket opened with GET.
+	return LiveSession(method, path)
+}
+
+// LiveSession reports whether a request opens a live session (the live
+// transcription WebSocket): long-lived, so it is capped as a session, not
+// held as a request in flight.
+func LiveSession(method, path string) bool {
 	return method == http.MethodGet && strings.HasSuffix(strings.TrimSuffix(path, "/"), "/audio/transcriptions/stream")
 }

@@ -19,11 +19,18 @@ type modelKey struct{}
 // forwarded in), reports the count and per-model serve times to Load, and
 // answers 503 with Retry-After when this node is at its cap (a forwarding
 // peer then tries its next candidate). Give it to forward.NewServer.
+// Upgrades (live sessions) are not requests in flight: they last minutes,
+// so counting them would let a few idle sessions fill the cap; the API
+// caps them apart (api.SessionLimits).
 func (d *Dispatcher) Local() http.Handler {
 	return http.HandlerFunc(d.serveLocal)
 }
 
 func (d *Dispatcher) serveLocal(w http.ResponseWriter, r *http.Request) {
+	if upgradeProtocol(r) != "" {
+		d.local.ServeHTTP(w, r)
+		return
+	}
 	cap := d.localCap(d.policy.Policy())
 	n := d.inFlight.Add(1)
 	if cap > 0 && n > int64(cap) {

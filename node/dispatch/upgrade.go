@@ -49,9 +49,9 @@ func (d *Dispatcher) tryUpgrade(w http.ResponseWriter, r *http.Request, f Facts,
 	if !ok {
 		return Outcome{Err: fmt.Errorf("%w: this node cannot relay upgrades", errUnavailable)}, false
 	}
-	c := d.outboundCounter(p.ID)
-	c.Add(1)
-	defer c.Add(-1)
+	// A relayed session is not counted as outbound work to p: it lasts
+	// minutes, and counting it would make p look saturated to this node's
+	// requests (sessions are capped apart, api.SessionLimits).
 	req := &forward.Request{
 		Method:    r.Method,
 		Path:      r.URL.RequestURI(),
