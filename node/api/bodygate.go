@@ -98,13 +98,13 @@ func newBodyBudget(l BodyLimits) *bodyBudget {
 func (b *bodyBudget) take(n int64, holders []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return errBodyBudget
+	}
 	for _, h := range holders {
 		if b.by[h]+n > b.share {
 			return &bodyShareError{holder: h, share: b.share}
 		}
-	}
-	if b.used+n > b.max {
-		return errBodyBudget
 	}
 	b.used += n
 	for _, h := range holders {
@@ -169,8 +169,10 @@ func (g *gatedBody) Read(p []byte) (int, error) {
 		g.read += int64(n)
 		g.last = g.clock()
 		if terr := g.budget.take(int64(n), g.holders); terr != nil {
+			// No bytes with the error: io.ReadFull drops an error that
+			// comes with the bytes that fill its buffer.
 			g.refused.Inc()
-			return n, terr
+			return 0, terr
 		}
 		g.charged += int64(n)
 	}

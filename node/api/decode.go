@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/infermesh/infermesh/node/apierr"
@@ -45,24 +44,40 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 }
 
 // readDeclared reads a body of declared length n. Memory follows the
-// bytes that arrive, not the declared length: a small body is allocated
-// once, a large one grows by doubling up to n, so a connection that only
-// declares a large body holds next to nothing.
+// bytes that arrive, not the declared length: a body of up to 1 MiB is
+// allocated once; a larger one arrives in 256 KiB chunks and is copied
+// into one slice when it is all in, so a connection that declares a large
+// body and stalls holds no more than it sent (what the body gate charged).
 func readDeclared(body io.Reader, n int64) ([]byte, error) {
-	const exact = 1 << 20
-	b := make([]byte, 0, min(n, exact))
-	for int64(len(b)) < n {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, int(min(int64(cap(b)), n-int64(cap(b)))))
+	const exact, chunk = 1 << 20, 256 << 10
+	if n <= exact {
+		b := make([]byte, n)
+		m, err := io.ReadFull(body, b)
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = nil
 		}
-		m, err := body.Read(b[len(b):min(int64(cap(b)), n)])
-		b = b[:len(b)+m]
-		if err == io.EOF {
-			return b, nil
+		return b[:m], err
+	}
+	var chunks [][]byte
+	var total int64
+	for total < n {
+		c := make([]byte, min(chunk, n-total))
+		m, err := io.ReadFull(body, c)
+		chunks = append(chunks, c[:m])
+		total += int64(m)
+		if errors.Is(err, io.EOF) && total == 0 {
+			return nil, err
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			break // a body shorter than declared, as io.ReadFull allows
 		}
 		if err != nil {
-			return b, err
+			return nil, err
 		}
+	}
+	b := make([]byte, 0, total)
+	for _, c := range chunks {
+		b = append(b, c...)
 	}
 	return b, nil
 }
