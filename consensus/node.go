@@ -28,17 +28,17 @@ type Node struct {
 	// this process started (see Usable).
 	usable atomic.Bool
 	// restored says raft found state on disk at start; started is when.
-	restored bool
-	started  time.Time
-	cfg        Config
-	logger     *slog.Logger
-	raft       *raft.Raft
-	fsm        *fsm
-	store      *raftboltdb.BoltStore
-	members    *memberTable
-	metrics    *metrics
-	fwd        *forwarder
-	ownedHTTP  *http.Client // the peer-TLS client New built, closed with the node
+	restored  bool
+	started   time.Time
+	cfg       Config
+	logger    *slog.Logger
+	raft      *raft.Raft
+	fsm       *fsm
+	store     *raftboltdb.BoltStore
+	members   *memberTable
+	metrics   *metrics
+	fwd       *forwarder
+	ownedHTTP *http.Client // the peer-TLS client New built, closed with the node
 
 	reconcileCh chan struct{}
 	shutdownCh  chan struct{}

@@ -35,72 +35,97 @@ var errUnknownCommand = errors.New("unknown command type")
 // unknown type and a decode error for a malformed payload; both leave the
 // state untouched. A refused command yields a result with a rejection code.
 func (s *state) apply(index uint64, cmd *pb.Command) (*pb.ApplyResult, error) {
-	msg := payloadFor(cmd.GetType())
-	if msg == nil {
+	c, ok := commandFor(cmd.GetType())
+	if !ok {
 		return nil, errUnknownCommand
 	}
+	msg := c.payload()
 	if err := proto.Unmarshal(cmd.GetPayload(), msg); err != nil {
 		return nil, fmt.Errorf("decode %s payload: %w", cmd.GetType(), err)
 	}
-	now := timeFromNanos(cmd.GetTimeUnixNano())
-	var res *pb.ApplyResult
-	switch p := msg.(type) {
-	case *pb.KeyCreate:
-		res = s.keys.create(now, p)
-	case *pb.KeyUpdate:
-		res = s.keys.update(p)
-	case *pb.KeyRevoke:
-		res = s.keys.revoke(now, p)
-		if res.GetRejectionCode() == "" {
-			s.leases.dropKey(p.GetId())
-		}
-	case *pb.PolicySet:
-		res = s.policy.set(index, p)
-	case *pb.PolicyUpdate:
-		res = s.policy.update(index, p)
-	case *pb.PolicyNodeSet:
-		res = s.policy.setNode(index, p)
-	case *pb.PolicyModelSet:
-		res = s.policy.setModel(index, p)
-	case *pb.LeaseAcquire:
-		res = s.leases.acquire(now, p, &s.keys, &s.policy)
-	case *pb.LeaseSettle:
-		res = s.leases.settle(now, p, &s.keys, &s.policy)
-	case *pb.UsageBatch:
-		res = s.usage.apply(p)
-	case *pb.AuditKeySet:
-		res = s.auditKeys.set(p)
-	}
+	res := c.apply(s, index, timeFromNanos(cmd.GetTimeUnixNano()), msg)
 	res.Index = index
 	return res, nil
+}
+
+// command is one command the state machine knows: a new empty payload and
+// how the payload changes the state.
+type command struct {
+	payload func() proto.Message
+	apply   func(s *state, index uint64, now time.Time, m proto.Message) *pb.ApplyResult
+}
+
+// commandOf builds a command from a typed payload constructor and apply.
+func commandOf[T proto.Message](payload func() T, apply func(s *state, index uint64, now time.Time, p T) *pb.ApplyResult) command {
+	return command{
+		payload: func() proto.Message { return payload() },
+		apply: func(s *state, index uint64, now time.Time, m proto.Message) *pb.ApplyResult {
+			return apply(s, index, now, m.(T))
+		},
+	}
+}
+
+// commandFor is the one list of the commands the state machine knows, by
+// type; false for a type this version does not know.
+func commandFor(t pb.CommandType) (command, bool) {
+	switch t {
+	case pb.CommandType_COMMAND_TYPE_KEY_CREATE:
+		return commandOf(func() *pb.KeyCreate { return &pb.KeyCreate{} }, func(s *state, _ uint64, now time.Time, p *pb.KeyCreate) *pb.ApplyResult {
+			return s.keys.create(now, p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_KEY_UPDATE:
+		return commandOf(func() *pb.KeyUpdate { return &pb.KeyUpdate{} }, func(s *state, _ uint64, _ time.Time, p *pb.KeyUpdate) *pb.ApplyResult {
+			return s.keys.update(p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_KEY_REVOKE:
+		return commandOf(func() *pb.KeyRevoke { return &pb.KeyRevoke{} }, func(s *state, _ uint64, now time.Time, p *pb.KeyRevoke) *pb.ApplyResult {
+			res := s.keys.revoke(now, p)
+			if res.GetRejectionCode() == "" {
+				s.leases.dropKey(p.GetId())
+			}
+			return res
+		}), true
+	case pb.CommandType_COMMAND_TYPE_POLICY_SET:
+		return commandOf(func() *pb.PolicySet { return &pb.PolicySet{} }, func(s *state, index uint64, _ time.Time, p *pb.PolicySet) *pb.ApplyResult {
+			return s.policy.set(index, p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_POLICY_UPDATE:
+		return commandOf(func() *pb.PolicyUpdate { return &pb.PolicyUpdate{} }, func(s *state, index uint64, _ time.Time, p *pb.PolicyUpdate) *pb.ApplyResult {
+			return s.policy.update(index, p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_POLICY_NODE_SET:
+		return commandOf(func() *pb.PolicyNodeSet { return &pb.PolicyNodeSet{} }, func(s *state, index uint64, _ time.Time, p *pb.PolicyNodeSet) *pb.ApplyResult {
+			return s.policy.setNode(index, p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_POLICY_MODEL_SET:
+		return commandOf(func() *pb.PolicyModelSet { return &pb.PolicyModelSet{} }, func(s *state, index uint64, _ time.Time, p *pb.PolicyModelSet) *pb.ApplyResult {
+			return s.policy.setModel(index, p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_LEASE_ACQUIRE:
+		return commandOf(func() *pb.LeaseAcquire { return &pb.LeaseAcquire{} }, func(s *state, _ uint64, now time.Time, p *pb.LeaseAcquire) *pb.ApplyResult {
+			return s.leases.acquire(now, p, &s.keys, &s.policy)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_LEASE_SETTLE:
+		return commandOf(func() *pb.LeaseSettle { return &pb.LeaseSettle{} }, func(s *state, _ uint64, now time.Time, p *pb.LeaseSettle) *pb.ApplyResult {
+			return s.leases.settle(now, p, &s.keys, &s.policy)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_USAGE_BATCH:
+		return commandOf(func() *pb.UsageBatch { return &pb.UsageBatch{} }, func(s *state, _ uint64, _ time.Time, p *pb.UsageBatch) *pb.ApplyResult {
+			return s.usage.apply(p)
+		}), true
+	case pb.CommandType_COMMAND_TYPE_AUDIT_KEY_SET:
+		return commandOf(func() *pb.AuditKeySet { return &pb.AuditKeySet{} }, func(s *state, _ uint64, _ time.Time, p *pb.AuditKeySet) *pb.ApplyResult {
+			return s.auditKeys.set(p)
+		}), true
+	}
+	return command{}, false
 }
 
 // payloadFor returns an empty payload message for a known command type and
 // nil for an unknown one.
 func payloadFor(t pb.CommandType) proto.Message {
-	switch t {
-	case pb.CommandType_COMMAND_TYPE_KEY_CREATE:
-		return &pb.KeyCreate{}
-	case pb.CommandType_COMMAND_TYPE_KEY_UPDATE:
-		return &pb.KeyUpdate{}
-	case pb.CommandType_COMMAND_TYPE_KEY_REVOKE:
-		return &pb.KeyRevoke{}
-	case pb.CommandType_COMMAND_TYPE_POLICY_SET:
-		return &pb.PolicySet{}
-	case pb.CommandType_COMMAND_TYPE_POLICY_UPDATE:
-		return &pb.PolicyUpdate{}
-	case pb.CommandType_COMMAND_TYPE_POLICY_NODE_SET:
-		return &pb.PolicyNodeSet{}
-	case pb.CommandType_COMMAND_TYPE_POLICY_MODEL_SET:
-		return &pb.PolicyModelSet{}
-	case pb.CommandType_COMMAND_TYPE_LEASE_ACQUIRE:
-		return &pb.LeaseAcquire{}
-	case pb.CommandType_COMMAND_TYPE_LEASE_SETTLE:
-		return &pb.LeaseSettle{}
-	case pb.CommandType_COMMAND_TYPE_USAGE_BATCH:
-		return &pb.UsageBatch{}
-	case pb.CommandType_COMMAND_TYPE_AUDIT_KEY_SET:
-		return &pb.AuditKeySet{}
+	if c, ok := commandFor(t); ok {
+		return c.payload()
 	}
 	return nil
 }
