@@ -119,7 +119,6 @@ func TestGateKeepsSharesPerHolder(t *testing.T) {
 // and other requests are served meanwhile.
 func TestGateDeclaredLengthReservesNothing(t *testing.T) {
 	srv, s := gateServer(t, BodyLimits{Budget: 64 << 20})
-	var conns []net.Conn
 	for i := 0; i < 16; i++ {
 		c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
 		if err != nil {
@@ -127,7 +126,6 @@ func TestGateDeclaredLengthReservesNothing(t *testing.T) {
 		}
 		defer c.Close()
 		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nX-Test-Addr: greedy\r\nContent-Length: %d\r\n\r\n", 32<<20)
-		conns = append(conns, c)
 	}
 	for i := 0; i < 5; i++ {
 		if code, _ := post(t, srv.URL, "other", strings.Repeat("a", 1<<20)); code != 204 {
