@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the legacy functions and function_call are deprecated in the SDK; this file tests that we serve them
+
 package main
 
 import (
