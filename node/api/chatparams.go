@@ -170,10 +170,6 @@ func mapLegacyFunctions(in *chatRequest) (bool, error) {
 	return true, nil
 }
 
-// legacyCallID names the k-th legacy function call of a conversation, so
-// that the role "function" answer after it finds it as a tool message.
-func legacyCallID(k int) string { return fmt.Sprintf("call_function_%d", k) }
-
 // mapLegacyMessages rewrites legacy messages in place: an assistant
 // function_call becomes a tool call, a role "function" message the tool
 // message answering the latest call of that name.
@@ -190,7 +186,7 @@ func mapLegacyMessages(msgs []chatMessageIn) error {
 				return apierr.BadRequest(apierr.CodeMissingParam, fmt.Sprintf("messages[%d].function_call.name", i), "A function_call needs a name.")
 			}
 			var tc toolCallJSON
-			tc.ID, tc.Type = legacyCallID(k), "function"
+			tc.ID, tc.Type = engine.LegacyCallID(k), "function"
 			tc.Function.Name, tc.Function.Arguments = m.FunctionCall.Name, m.FunctionCall.Arguments
 			m.ToolCalls = append(m.ToolCalls, tc)
 			calls[m.FunctionCall.Name] = tc.ID

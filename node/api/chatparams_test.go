@@ -3,11 +3,13 @@ package api
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/infermesh/infermesh/node/apierr"
 	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/prefix"
 )
 
 // TestParseChatCurrentParams: the parameters current SDKs send are
@@ -114,5 +116,28 @@ func TestParseChatLegacyFunctions(t *testing.T) {
 	}
 	if legacyFinish("tool_calls") != "function_call" || legacyFinish("stop") != "stop" {
 		t.Fatal("legacy finish reasons")
+	}
+}
+
+// TestLegacyPrefixHashesMatch: the prefix hashes the entry node computes
+// from a legacy body (node/prefix) are those of the request the API
+// converted, so prefix-aware routing finds legacy conversations too.
+func TestLegacyPrefixHashesMatch(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"weather?"},
+			{"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},
+			{"role":"function","name":"get_weather","content":"3 C"},{"role":"user","content":"and Rome?"}],
+			"functions":[{"name":"get_weather","description":"d","parameters":{"type":"object"}}],"function_call":"auto"}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
+	} {
+		p, err := parseChat([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, msgs := prefix.FromEngine(p.Req)
+		want := prefix.Hashes("onnx/m/x", tools, msgs)
+		if got := prefix.RequestHashes("onnx/m/x", []byte(body)); !slices.Equal(got, want) || len(want) != len(p.Req.Messages) {
+			t.Errorf("%s:\n entry hashes  %x\n served hashes %x", body, got, want)
+		}
 	}
 }

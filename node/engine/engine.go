@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"image"
+	"strconv"
 )
 
 // Task names what a model does. It selects the pipeline a runtime builds.
@@ -386,3 +387,9 @@ type ImageGenerator interface {
 	// GenerateImages makes req.N images from the prompt.
 	GenerateImages(ctx context.Context, req ImageRequest) (ImageResult, error)
 }
+
+// LegacyCallID is the tool call id the k-th (from 0) legacy function_call
+// of a conversation gets: OpenAI's legacy functions carry no ids, so the
+// API names them this way and a role "function" answer refers to the
+// latest call of its function; the prefix hashes name them the same way.
+func LegacyCallID(k int) string { return "call_function_" + strconv.Itoa(k) }

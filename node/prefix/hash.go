@@ -171,6 +171,11 @@ type request struct {
 				Arguments string `json:"arguments"`
 			} `json:"function"`
 		} `json:"tool_calls"`
+		// FunctionCall is the legacy form of one tool call.
+		FunctionCall *struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function_call"`
 	} `json:"messages"`
 	Tools []struct {
 		Function struct {
@@ -180,6 +185,12 @@ type request struct {
 			Strict      bool            `json:"strict"`
 		} `json:"function"`
 	} `json:"tools"`
+	// Functions are the legacy form of tools (used when tools are not).
+	Functions []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"functions"`
 }
 
 // ErrNotChat is returned for a body that is not a chat completions request
@@ -189,7 +200,10 @@ var ErrNotChat = errors.New("prefix: not a chat request with messages")
 // ParseRequest reads the tools and messages of a chat completions request
 // body (OpenAI's format) the way the API layer converts them into an
 // engine.ChatRequest, so that FromEngine of the converted request gives the
-// same hashes. Unknown and unhashed fields are ignored.
+// same hashes; that includes the legacy functions (tools when there are
+// none), an assistant function_call (a tool call named by
+// engine.LegacyCallID) and role "function" answers (tool messages).
+// Unknown and unhashed fields are ignored.
 func ParseRequest(body []byte) ([]Tool, []Message, error) {
 	var in request
 	if err := json.Unmarshal(body, &in); err != nil {
@@ -202,7 +216,14 @@ func ParseRequest(body []byte) ([]Tool, []Message, error) {
 	for _, t := range in.Tools {
 		tools = append(tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters, Strict: t.Function.Strict})
 	}
+	if len(in.Tools) == 0 {
+		for _, f := range in.Functions {
+			tools = append(tools, Tool{Name: f.Name, Description: f.Description, Parameters: f.Parameters})
+		}
+	}
 	msgs := make([]Message, len(in.Messages))
+	calls := map[string]string{} // legacy: function name → id of its latest call
+	k := 0
 	for i, m := range in.Messages {
 		out := Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 		if err := content(m.Content, &out); err != nil {
@@ -210,6 +231,16 @@ func ParseRequest(body []byte) ([]Tool, []Message, error) {
 		}
 		for _, tc := range m.ToolCalls {
 			out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		// The legacy forms, mapped as the API maps them.
+		if fc := m.FunctionCall; fc != nil {
+			id := engine.LegacyCallID(k)
+			k++
+			out.ToolCalls = append(out.ToolCalls, ToolCall{ID: id, Name: fc.Name, Arguments: fc.Arguments})
+			calls[fc.Name] = id
+		}
+		if m.Role == "function" {
+			out.Role, out.ToolCallID = engine.RoleTool, calls[m.Name]
 		}
 		msgs[i] = out
 	}
