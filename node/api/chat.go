@@ -160,6 +160,9 @@ func parseChat(body []byte) (*parsedChat, error) {
 		return nil, err
 	}
 	p := &parsedChat{Model: in.Model, Stream: in.Stream, Legacy: legacy}
+	if in.PromptCacheKey != nil {
+		p.Req.CacheKey = *in.PromptCacheKey
+	}
 	if in.StreamOptions != nil {
 		if !in.Stream {
 			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stream_options", "'stream_options' is only allowed when 'stream' is true.")

@@ -15,10 +15,12 @@ import (
 //   - reasoning_effort (none, minimal, low, medium, high, xhigh) and
 //     verbosity (low, medium, high): accepted and ignored; the local
 //     decoders have no reasoning budget or verbosity control.
-//   - prompt_cache_key (string, at most 256 bytes) and safety_identifier
-//     (at most 64): accepted and ignored. Prefix-aware routing already
-//     sends a request to the node that holds its prompt's prefix, which
-//     is what the cache key asks for at OpenAI.
+//   - prompt_cache_key (string, at most 256 bytes): a routing hint, as at
+//     OpenAI. Under a prefix strategy, requests sharing a key go to the
+//     node that served one of them (its hash is the request's shortest
+//     prefix, node/prefix.KeyHash), behind any node holding a longer
+//     prefix of the request itself; other strategies ignore it.
+//   - safety_identifier (at most 64 characters): accepted and ignored.
 //   - modalities: ["text"] only; "audio" output is a 400.
 //   - prediction ({"type":"content","content": string or text parts}):
 //     accepted and ignored; predicted outputs only speed OpenAI up, the

@@ -58,6 +58,9 @@ func TestParseChatCurrentParams(t *testing.T) {
 			t.Errorf("%s: %v; want a 400 naming %s", c.extra, err, c.param)
 		}
 	}
+	if p, err := parseChat([]byte(`{` + msgs + `,"prompt_cache_key":"k1"}`)); err != nil || p.Req.CacheKey != "k1" {
+		t.Errorf("prompt_cache_key does not reach the request: %v", err)
+	}
 	if _, err := parseChat([]byte(`{` + msgs + `,"unheard_of":1}`)); err == nil {
 		t.Error("an unknown parameter was accepted")
 	}

@@ -238,6 +238,10 @@ type ResponseFormat struct {
 type ChatRequest struct {
 	// Messages is the conversation, oldest first.
 	Messages []ChatMessage
+	// CacheKey is OpenAI's prompt_cache_key: requests that share it are
+	// routed to the node that served one of them (node/prefix). Engines
+	// ignore it.
+	CacheKey string
 	// Tools are the functions the model may call.
 	Tools []Tool
 	// ToolChoice says whether the model must, may or must not call tools.

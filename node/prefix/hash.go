@@ -95,6 +95,16 @@ func Hashes(model string, tools []Tool, msgs []Message) []uint64 {
 	return out
 }
 
+// KeyHash is the prefix hash of a prompt cache key (OpenAI's
+// prompt_cache_key) for model. Every request carrying the key holds it, as
+// the shortest of its prefixes, so the node that served one such request
+// is preferred for the others, behind a node holding a longer prefix of
+// the request itself. Its input differs in form from every chain's seed.
+func KeyHash(model, key string) uint64 {
+	h := sha256.Sum256([]byte(domain + "prompt_cache_key\n" + model + "\n" + key))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
 // seed hashes what precedes the messages: the model and the tools.
 func seed(model string, tools []Tool) [sha256.Size]byte {
 	s := sha256.New()
@@ -185,6 +195,8 @@ type request struct {
 			Strict      bool            `json:"strict"`
 		} `json:"function"`
 	} `json:"tools"`
+	// PromptCacheKey is OpenAI's cache key (KeyHash).
+	PromptCacheKey string `json:"prompt_cache_key"`
 	// Functions are the legacy form of tools (used when tools are not).
 	Functions []struct {
 		Name        string          `json:"name"`
@@ -205,12 +217,18 @@ var ErrNotChat = errors.New("prefix: not a chat request with messages")
 // engine.LegacyCallID) and role "function" answers (tool messages).
 // Unknown and unhashed fields are ignored.
 func ParseRequest(body []byte) ([]Tool, []Message, error) {
+	tools, msgs, _, err := parseRequest(body)
+	return tools, msgs, err
+}
+
+// parseRequest is ParseRequest that also returns the prompt cache key.
+func parseRequest(body []byte) ([]Tool, []Message, string, error) {
 	var in request
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrNotChat, err)
+		return nil, nil, "", fmt.Errorf("%w: %v", ErrNotChat, err)
 	}
 	if len(in.Messages) == 0 {
-		return nil, nil, ErrNotChat
+		return nil, nil, "", ErrNotChat
 	}
 	var tools []Tool
 	for _, t := range in.Tools {
@@ -227,7 +245,7 @@ func ParseRequest(body []byte) ([]Tool, []Message, error) {
 	for i, m := range in.Messages {
 		out := Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 		if err := content(m.Content, &out); err != nil {
-			return nil, nil, fmt.Errorf("%w: messages[%d].content: %v", ErrNotChat, i, err)
+			return nil, nil, "", fmt.Errorf("%w: messages[%d].content: %v", ErrNotChat, i, err)
 		}
 		for _, tc := range m.ToolCalls {
 			out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
@@ -244,7 +262,7 @@ func ParseRequest(body []byte) ([]Tool, []Message, error) {
 		}
 		msgs[i] = out
 	}
-	return tools, msgs, nil
+	return tools, msgs, in.PromptCacheKey, nil
 }
 
 // content fills m.Content (and m.Parts) from a string, null or an array of
@@ -287,12 +305,16 @@ func content(raw json.RawMessage, m *Message) error {
 }
 
 // RequestHashes returns the prefix hashes of a chat completions body for
-// the canonical model id (route.Facts.Prefixes); nil when the body is not
-// a chat request.
+// the canonical model id (route.Facts.Prefixes), shortest first: the
+// cache key's (KeyHash) when the body has a prompt_cache_key, then one per
+// message; nil when the body is not a chat request.
 func RequestHashes(model string, body []byte) []uint64 {
-	tools, msgs, err := ParseRequest(body)
+	tools, msgs, key, err := parseRequest(body)
 	if err != nil {
 		return nil
+	}
+	if key != "" {
+		return append([]uint64{KeyHash(model, key)}, Hashes(model, tools, msgs)...)
 	}
 	return Hashes(model, tools, msgs)
 }
@@ -335,5 +357,8 @@ func Served(model string, req engine.ChatRequest, answer engine.ChatMessage) []u
 		answer.Role = engine.RoleAssistant
 	}
 	all := Hashes(model, tools, append(msgs, fromEngineMessage(answer)))
+	if req.CacheKey != "" {
+		return append(all[len(all)-2:], KeyHash(model, req.CacheKey))
+	}
 	return all[len(all)-2:]
 }
