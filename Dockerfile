@@ -23,8 +23,11 @@ COPY . .
 RUN make build VERSION=${VERSION} && make assets
 
 FROM debian:trixie-slim AS runtime
+# The programs the engines run: espeak-ng (Kokoro's and Piper's
+# grapheme-to-phoneme) and ffmpeg (mp3, opus and aac speech, OpenAI's
+# default format mp3); node/dockerfile_test.go checks this list.
 RUN apt-get update -qq \
- && apt-get install -y -qq --no-install-recommends ca-certificates curl \
+ && apt-get install -y -qq --no-install-recommends ca-certificates curl espeak-ng ffmpeg \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/infermesh --create-home infermesh
 COPY --from=build /src/bin/infermesh /usr/local/bin/infermesh

@@ -70,6 +70,7 @@ fuzz:
 	$(FUZZ) 20000x -fuzz '^FuzzParseDetections$$' ./node/api
 	$(FUZZ) 20000x -fuzz '^FuzzDecodeWithBigString$$' ./node/api
 	$(FUZZ) 5000x -fuzz '^FuzzParseAudioForm$$' ./node/api
+	$(FUZZ) 5000x -fuzz '^FuzzParseImageForm$$' ./node/api
 	$(FUZZ) 5000x -fuzz '^FuzzDecode$$' ./node/imagecodec
 	$(FUZZ) 300x -fuzz '^FuzzDecode$$' ./node/audiocodec
 	$(FUZZ) 20000x -fuzz '^FuzzEncode$$' ./node/engine/tokenizer

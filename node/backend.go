@@ -362,9 +362,11 @@ func (n *backend) peerRows() []api.Member {
 		return nil
 	}
 	var out []api.Member
+	rv := routingOf(n.cluster)
 	for _, p := range n.cluster.mesh.Peers() {
 		m := api.Member{ID: p.ID, HTTPAddr: p.HTTPAddr, RPCAddr: p.RPCAddr, State: p.Health.String(), Self: p.Self, Ejected: p.Ejected,
-			InFlight: p.InFlight, Cap: p.MaxInFlight, Weight: p.Weight, Canary: p.Canary, CanaryPercent: p.CanaryPercent, Version: p.Version}
+			InFlight: p.InFlight, Cap: p.MaxInFlight, Weight: p.Weight, Canary: p.Canary, CanaryPercent: p.CanaryPercent, Version: p.Version,
+			Policy: rv.policy(p.ID), Effective: routingOfPeer(rv.effective(p))}
 		for id, pm := range p.Models {
 			m.Installed = append(m.Installed, id)
 			if pm.Warm {

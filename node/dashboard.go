@@ -40,8 +40,9 @@ func (n *meshView) Dashboard() api.MeshView {
 	c := n.cluster
 	now := n.clock()
 	if c.mesh != nil {
+		rv := routingOf(c)
 		for _, p := range c.mesh.Peers() {
-			v.Workers = append(v.Workers, n.workerView(p, now))
+			v.Workers = append(v.Workers, n.workerView(p, rv, now))
 		}
 		sort.Slice(v.Workers, func(i, j int) bool { return v.Workers[i].ID < v.Workers[j].ID })
 	}
@@ -61,12 +62,15 @@ func (n *meshView) Dashboard() api.MeshView {
 	return v
 }
 
-// workerView is one peer on the dashboard, with its state explained.
-func (n *meshView) workerView(p route.Peer, now time.Time) api.WorkerView {
+// workerView is one peer on the dashboard, with its state explained: its
+// own settings, the policy's and the effective ones (rv).
+func (n *meshView) workerView(p route.Peer, rv routingView, now time.Time) api.WorkerView {
+	eff := rv.effective(p)
 	w := api.WorkerView{
 		ID: p.ID, HTTPAddr: p.HTTPAddr, Version: p.Version, State: p.Health.String(), Self: p.Self,
 		Canary: p.Canary, CanaryPercent: p.CanaryPercent, InFlight: p.InFlight, Cap: p.MaxInFlight,
-		Outbound: p.Outbound, QueueDepth: p.QueueDepth, Weight: p.Weight, Models: []api.WorkerModel{},
+		Outbound: eff.Outbound, QueueDepth: p.QueueDepth, Weight: p.Weight, Models: []api.WorkerModel{},
+		Policy: rv.policy(p.ID), Effective: routingOfPeer(eff),
 	}
 	if !p.Updated.IsZero() {
 		w.LastSeenSeconds = max(0, now.Sub(p.Updated).Seconds())
@@ -80,6 +84,8 @@ func (n *meshView) workerView(p route.Peer, now time.Time) api.WorkerView {
 		}
 	}
 	sort.Slice(w.Models, func(i, j int) bool { return w.Models[i].ID < w.Models[j].ID })
+	// The reason speaks of the cap routing applies.
+	p.MaxInFlight = eff.MaxInFlight
 	w.State, w.Reason = workerReason(p, warm, now)
 	if p.Self && w.State == "ready" {
 		if r := n.backend.NotReady(); r != "" {

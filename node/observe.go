@@ -235,6 +235,10 @@ func (w *timingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // peerDescs are the per-peer series, read from the mesh table.
 type peerDescs struct {
 	health, ejected, inflight, cap, saturation, queue, age, models, latency, canary *prometheus.Desc
+	// The routing settings by source: own (what the peer gossips), policy
+	// (the routing policy's entry, when it has one) and effective (what
+	// routing uses).
+	rWeight, rCanary, rCap *prometheus.Desc
 }
 
 func newPeerCollector(c *cluster) peerCollector {
@@ -249,6 +253,12 @@ func newPeerCollector(c *cluster) peerCollector {
 		models:     prometheus.NewDesc("infermesh_peer_models", "Models the peer reported, by state (installed, warm).", []string{"peer", "state"}, nil),
 		latency:    prometheus.NewDesc("infermesh_peer_model_latency_seconds", "The peer's moving average of the time to serve a request, by model (absent before the first measurement).", []string{"peer", "model"}, nil),
 		canary:     prometheus.NewDesc("infermesh_peer_canary", "1 when the peer is a canary node.", []string{"peer"}, nil),
+		rWeight: prometheus.NewDesc("infermesh_peer_routing_weight", "The peer's weight for the weighted strategy, by source: own (gossiped), policy (the routing policy's entry, absent without one), effective (what routing uses).",
+			[]string{"peer", "source"}, nil),
+		rCanary: prometheus.NewDesc("infermesh_peer_routing_canary_percent", "The share of callers (0-100) the peer receives as a canary, -1 when it is no canary, by source (own, policy, effective).",
+			[]string{"peer", "source"}, nil),
+		rCap: prometheus.NewDesc("infermesh_peer_routing_inflight_cap", "The peer's in-flight cap (0: none; in a policy entry: the peer's own), by source (own, policy, effective).",
+			[]string{"peer", "source"}, nil),
 	}}
 }
 
@@ -261,7 +271,7 @@ type peerCollector struct {
 // Describe sends the per-peer descriptors.
 func (p peerCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := p.d
-	for _, x := range []*prometheus.Desc{d.health, d.ejected, d.inflight, d.cap, d.saturation, d.queue, d.age, d.models, d.latency, d.canary} {
+	for _, x := range []*prometheus.Desc{d.health, d.ejected, d.inflight, d.cap, d.saturation, d.queue, d.age, d.models, d.latency, d.canary, d.rWeight, d.rCanary, d.rCap} {
 		ch <- x
 	}
 }
@@ -276,6 +286,16 @@ func (p peerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	d := p.d
 	now := time.Now()
+	rv := routingOf(p.c)
+	routing := func(r api.Routing, id, source string) {
+		gauge(d.rWeight, float64(r.Weight), id, source)
+		canary := -1.0
+		if r.Canary {
+			canary = float64(r.CanaryPercent)
+		}
+		gauge(d.rCanary, canary, id, source)
+		gauge(d.rCap, float64(r.Cap), id, source)
+	}
 	for _, peer := range p.c.mesh.Peers() {
 		id := peer.ID
 		for _, h := range []route.Health{route.HealthUnknown, route.HealthAlive, route.HealthReady, route.HealthSaturated, route.HealthDraining} {
@@ -308,6 +328,11 @@ func (p peerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.models, float64(len(peer.Models)), id, "installed")
 		gauge(d.models, float64(warm), id, "warm")
 		gauge(d.canary, b2f(peer.Canary), id)
+		routing(routingOfPeer(peer), id, "own")
+		if pr := rv.policy(id); pr != nil {
+			routing(*pr, id, "policy")
+		}
+		routing(routingOfPeer(rv.effective(peer)), id, "effective")
 	}
 }
 

@@ -186,16 +186,27 @@ func TestSpeechThroughMesh(t *testing.T) {
 		t.Fatal(err)
 	}
 	var vl struct {
-		Data []struct{ ID, Language string } `json:"data"`
+		Data []struct {
+			ID, Language string
+			OpenAI       []string `json:"openai_voices"`
+		} `json:"data"`
 	}
 	json.NewDecoder(vr.Body).Decode(&vl)
 	vr.Body.Close()
 	found := map[string]bool{}
+	aliases := map[string]string{}
 	for _, v := range vl.Data {
 		found[v.ID] = true
+		for _, a := range v.OpenAI {
+			aliases[a] = v.ID
+		}
 	}
-	if !found["af_heart"] || !found["ef_dora"] {
+	if !found["af_heart"] || !found["ef_dora"] || aliases["alloy"] != "af_alloy" || aliases["onyx"] != "am_onyx" || len(aliases) != 13 {
 		t.Errorf("voices: %+v", vl)
+	}
+	// OpenAI's voice names speak with the voice the list names.
+	if a, b := speak(short["en"], "alloy", "wav"), speak(short["en"], "af_alloy", "wav"); len(a) < 24000 || !bytes.Equal(a, b) {
+		t.Errorf("voice alloy: %d bytes, af_alloy %d", len(a), len(b))
 	}
 
 	// Bad input: each a 400 naming the field; the node keeps serving.

@@ -9,7 +9,8 @@ import (
 //
 // A chat request is identified by the hashes of its message prefixes (see
 // package node/prefix): Facts.Prefixes[k-1] names the model, the tools and
-// the first k messages. Every node gossips a PrefixDigest, a Bloom filter
+// the first k messages (a request with OpenAI's prompt_cache_key has the
+// key's hash before them, as its shortest prefix). Every node gossips a PrefixDigest, a Bloom filter
 // of the prefix hashes it served last (a served conversation is recorded
 // with the generated answer, so the next turn's request matches it). The
 // prefix strategies put the candidate holding the longest prefix of the

@@ -21,9 +21,10 @@ type Facts struct {
 	// Seed is a per-request random value for the weighted strategy.
 	Seed uint64
 	// Prefixes are the request's prefix hashes for the prefix strategies
-	// (node/prefix computes them): Prefixes[k-1] identifies the model,
-	// tools and first k messages of a chat request. Nil for requests that
-	// are not chats; other strategies ignore it.
+	// (node/prefix computes them), shortest first: Prefixes[k-1]
+	// identifies the model, tools and first k messages of a chat request,
+	// after the hash of its prompt cache key when it has one. Nil for
+	// requests that are not chats; other strategies ignore it.
 	Prefixes []uint64
 	// PrefixSlack is how many more requests in flight than the least
 	// loaded candidate the holder of the longest prefix may have and

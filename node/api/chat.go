@@ -46,6 +46,16 @@ type chatRequest struct {
 	Store               *bool              `json:"store,omitempty"`
 	ServiceTier         string             `json:"service_tier,omitempty"`
 	LogitBias           map[string]float64 `json:"logit_bias,omitempty"`
+	// The parameters of chatparams.go.
+	ReasoningEffort  *string          `json:"reasoning_effort,omitempty"`
+	PromptCacheKey   *string          `json:"prompt_cache_key,omitempty"`
+	SafetyIdentifier *string          `json:"safety_identifier,omitempty"`
+	Verbosity        *string          `json:"verbosity,omitempty"`
+	Modalities       []string         `json:"modalities,omitempty"`
+	Prediction       json.RawMessage  `json:"prediction,omitempty"`
+	WebSearchOptions json.RawMessage  `json:"web_search_options,omitempty"`
+	Functions        []chatFunctionIn `json:"functions,omitempty"`
+	FunctionCall     json.RawMessage  `json:"function_call,omitempty"`
 }
 
 type streamOptions struct {
@@ -59,6 +69,11 @@ type chatMessageIn struct {
 	ToolCalls  []toolCallJSON  `json:"tool_calls,omitempty"`
 	ToolCallID string          `json:"tool_call_id,omitempty"`
 	Refusal    *string         `json:"refusal,omitempty"`
+	// FunctionCall is the legacy form of one tool call (chatparams.go).
+	FunctionCall *struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function_call,omitempty"`
 }
 
 type toolCallJSON struct {
@@ -107,6 +122,9 @@ type parsedChat struct {
 	IncludeUsage bool
 	HasImages    bool
 	ImageParam   string
+	// Legacy is set when the request used functions: the answer is in
+	// the legacy function_call shape.
+	Legacy bool
 }
 
 // parseChat validates a chat completions body. Checks that need the model
@@ -131,7 +149,20 @@ func parseChat(body []byte) (*parsedChat, error) {
 	if (in.Logprobs != nil && *in.Logprobs) || in.TopLogprobs != nil {
 		return nil, apierr.BadRequest(apierr.CodeInvalidValue, "logprobs", "logprobs are not available.")
 	}
-	p := &parsedChat{Model: in.Model, Stream: in.Stream}
+	if err := checkChatExtras(&in); err != nil {
+		return nil, err
+	}
+	legacy, err := mapLegacyFunctions(&in)
+	if err != nil {
+		return nil, err
+	}
+	if err := mapLegacyMessages(in.Messages); err != nil {
+		return nil, err
+	}
+	p := &parsedChat{Model: in.Model, Stream: in.Stream, Legacy: legacy}
+	if in.PromptCacheKey != nil {
+		p.Req.CacheKey = *in.PromptCacheKey
+	}
 	if in.StreamOptions != nil {
 		if !in.Stream {
 			return nil, apierr.BadRequest(apierr.CodeInvalidValue, "stream_options", "'stream_options' is only allowed when 'stream' is true.")
@@ -366,9 +397,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if len(res.Message.ToolCalls) > 0 {
 			msg["tool_calls"] = toolCallsJSON(res.Message.ToolCalls)
 		}
+		finish := res.FinishReason
+		if p.Legacy {
+			legacyMessage(msg, res.Message.ToolCalls)
+			finish = legacyFinish(finish)
+		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": id, "object": "chat.completion", "created": created, "model": m.ID,
-			"choices":            []any{map[string]any{"index": 0, "message": msg, "finish_reason": res.FinishReason, "logprobs": nil}},
+			"choices":            []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
 			"usage":              usageJSON(res.Usage),
 			"system_fingerprint": nil,
 		})
@@ -387,7 +423,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if d.Content != "" || d.Role != "" {
 			delta["content"] = d.Content
 		}
-		if len(d.ToolCalls) > 0 {
+		if len(d.ToolCalls) > 0 && p.Legacy {
+			fc := map[string]string{"arguments": d.ToolCalls[0].Arguments}
+			if d.ToolCalls[0].Name != "" {
+				fc["name"] = d.ToolCalls[0].Name
+			}
+			delta["function_call"] = fc
+		} else if len(d.ToolCalls) > 0 {
 			calls := make([]map[string]any, len(d.ToolCalls))
 			for i, tc := range d.ToolCalls {
 				calls[i] = map[string]any{"index": tc.Index, "id": tc.ID, "type": "function",
@@ -398,6 +440,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		var finish any
 		if d.FinishReason != "" {
 			finish = d.FinishReason
+			if p.Legacy {
+				finish = legacyFinish(d.FinishReason)
+			}
 		}
 		return sse.data(chunk(delta, finish))
 	})

@@ -77,6 +77,11 @@ type WorkerView struct {
 	QueueDepth int `json:"queue_depth"`
 	// Weight is the node's weight for the weighted strategy.
 	Weight int `json:"weight"`
+	// Policy is the routing policy's entry for the node; nil when it has
+	// none (Canary, CanaryPercent, Cap and Weight above are the node's own).
+	Policy *Routing `json:"policy"`
+	// Effective is how routing treats the node now.
+	Effective Routing `json:"effective"`
 	// LastSeenSeconds is the age of the node's last gossip record.
 	LastSeenSeconds float64 `json:"last_seen_seconds"`
 	// Models are the node's installed models, sorted by id.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"image/jpeg"
 	"image/png"
 	"math"
 	"net/http"
@@ -64,7 +65,10 @@ type imageRequest struct {
 	Style           string          `json:"style"`
 	Background      string          `json:"background"`
 	OutputFormat    string          `json:"output_format"`
-	User            string          `json:"user"`
+	// OutputCompression is the JPEG quality (0-100) of output_format
+	// jpeg.
+	OutputCompression *int   `json:"output_compression"`
+	User              string `json:"user"`
 	// Local pipeline extensions: the negative prompt, the number of
 	// denoising steps and the two guidance scales.
 	NegativePrompt     *string  `json:"negative_prompt"`
@@ -101,6 +105,13 @@ func parseImageBody(body []byte, optionalPrompt bool) (*parsedImages, error) {
 	if err := decodeStrict(body, &in); err != nil {
 		return nil, err
 	}
+	return validateImageRequest(&in, optionalPrompt)
+}
+
+// validateImageRequest validates a decoded image request (the JSON body of
+// /v1/images/generations or a form of /v1/images/edits or variations),
+// naming each bad field, and gathers what the engines take.
+func validateImageRequest(in *imageRequest, optionalPrompt bool) (*parsedImages, error) {
 	if in.Model == "" {
 		return nil, apierr.BadRequest(apierr.CodeMissingParam, "model", "You must provide a model parameter.")
 	}
@@ -155,7 +166,7 @@ func parseImageBody(body []byte, optionalPrompt bool) (*parsedImages, error) {
 			return nil, apierr.BadRequest(apierr.CodeInvalidValue, o.name, fmt.Sprintf("'%s' is longer than %d characters.", o.name, maxImageOption))
 		}
 	}
-	local, err := parseLocalImages(&in, w, h)
+	local, err := parseLocalImages(in, w, h)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +277,14 @@ type localImages struct {
 	NegativePrompt                    string
 	// References counts reference_images (no local model takes them).
 	References int
+	// MaskAlpha reads the mask as OpenAI's edits do: where it is fully
+	// transparent is repainted (openAIMask).
+	MaskAlpha bool
+	// OutputFormat is png (default) or jpeg, Quality the JPEG quality
+	// (output_compression, default 100); Background is OpenAI's
+	// background option (the pipelines make opaque pictures).
+	OutputFormat, Background string
+	Quality                  int
 }
 
 // needsImage are the operations that work on a picture.
@@ -346,6 +365,13 @@ func parseLocalImages(in *imageRequest, w, h int) (localImages, error) {
 		l.References = len(refs)
 	}
 	l.SafetyCheck = in.SafetyCheck != nil && *in.SafetyCheck
+	l.OutputFormat, l.Background, l.Quality = in.OutputFormat, in.Background, 100
+	if in.OutputCompression != nil {
+		if q := *in.OutputCompression; q < 0 || q > 100 {
+			return l, apierr.BadRequest(apierr.CodeInvalidValue, "output_compression", "'output_compression' must be between 0 and 100.")
+		}
+		l.Quality = max(*in.OutputCompression, 1)
+	}
 	return l, nil
 }
 
@@ -481,6 +507,10 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "reference_images", fmt.Sprintf("Model %s takes no reference images.", op.ID())))
 		return
 	}
+	if err := checkLocalOutput(l, op.ID()); err != nil {
+		writeErr(w, err)
+		return
+	}
 	if g, ok := s.opt.Backend.(ImageGater); ok && g.ImageGate() != nil {
 		release, err := g.ImageGate().Acquire(r.Context())
 		if err != nil {
@@ -514,6 +544,9 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 			return
 		}
 		defer release()
+		if f.name == "mask" && l.MaskAlpha {
+			img = openAIMask(img)
+		}
 		*f.dst = img
 	}
 	if l.Op == engine.OpLayers || l.Op == engine.OpRemoveBackground {
@@ -530,7 +563,13 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 	data := make([]imageObject, 0, len(res.Images))
 	for _, im := range res.Images {
 		var buf bytes.Buffer
-		if err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, im); err != nil {
+		var err error
+		if l.OutputFormat == "jpeg" {
+			err = jpeg.Encode(&buf, im, &jpeg.Options{Quality: l.Quality})
+		} else {
+			err = (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, im)
+		}
+		if err != nil {
 			writeErr(w, err)
 			return
 		}
@@ -542,6 +581,30 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 		body["safety_filtered"] = res.Filtered
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// checkLocalOutput refuses the output options a local pipeline cannot
+// honour, naming the field: it writes png or jpeg, and its pictures are
+// opaque but for the remove-background and layers operations.
+func checkLocalOutput(l localImages, model string) error {
+	switch l.OutputFormat {
+	case "", "png", "jpeg":
+	default:
+		return apierr.BadRequest(apierr.CodeInvalidValue, "output_format", fmt.Sprintf("Model %s writes png or jpeg, not '%s'.", model, l.OutputFormat))
+	}
+	switch l.Background {
+	case "", "auto", "opaque":
+	case "transparent":
+		if l.Op != engine.OpRemoveBackground && l.Op != engine.OpLayers {
+			return apierr.BadRequest(apierr.CodeInvalidValue, "background", fmt.Sprintf("Model %s makes opaque pictures; operation remove-background cuts one out.", model))
+		}
+	default:
+		return apierr.BadRequest(apierr.CodeInvalidValue, "background", fmt.Sprintf("'%s' is not one of ['transparent', 'opaque', 'auto'].", l.Background))
+	}
+	if l.OutputFormat == "jpeg" && (l.Background == "transparent" || l.Op == engine.OpRemoveBackground || l.Op == engine.OpLayers) {
+		return apierr.BadRequest(apierr.CodeInvalidValue, "output_format", "Pictures with transparency need output_format png.")
+	}
+	return nil
 }
 
 // removeBackgroundModel serves operation "remove-background" when the

@@ -94,6 +94,8 @@ func (s *Server) modelRoutes(r chi.Router, routed bool) {
 	r.Post("/chat/completions", wrapParsed(MaxImageBody, true, s.chatCompletions,
 		parseOnce(parseChat, func(p *parsedChat) (string, bool) { return p.Model, p.Stream })))
 	r.Post("/images/generations", wrap(MaxImageBody, "", false, s.imagesGenerations))
+	r.Post("/images/edits", wrap(MaxImageBody, "", false, s.imagesEdits))
+	r.Post("/images/variations", wrap(MaxImageBody, "", false, s.imagesVariations))
 	r.Post("/audio/transcriptions", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranscriptions))
 	r.Post("/audio/translations", wrap(MaxAudioFileBytes+1<<20, "", false, s.audioTranslations))
 	r.Post("/images/describe", wrap(MaxImageBody, string(engine.TaskImageDescription), false, s.imagesDescribe))

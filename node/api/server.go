@@ -183,6 +183,28 @@ type Member struct {
 	Installed []string `json:"installed"`
 	// Warm lists the installed models that are loaded, sorted.
 	Warm []string `json:"warm"`
+	// Policy is the routing policy's entry for the node (the replicated
+	// policy, seeded from gateway.json); nil when it has none. Its Cap 0
+	// leaves the node's own cap.
+	Policy *Routing `json:"policy"`
+	// Effective is how routing treats the node now: the policy's
+	// settings where it sets them, else the node's own (Weight, Canary,
+	// CanaryPercent and Cap above are what the node itself reports).
+	Effective Routing `json:"effective"`
+}
+
+// Routing is how routing treats a node: its weight, canary settings and
+// in-flight cap (0: none).
+type Routing struct {
+	// Weight is the node's weight for the weighted strategy.
+	Weight int `json:"weight"`
+	// Canary marks a canary node.
+	Canary bool `json:"canary"`
+	// CanaryPercent is the share of callers (0-100) a canary receives.
+	CanaryPercent int `json:"canary_percent"`
+	// Cap is the in-flight cap; 0 means none (in a policy entry: the
+	// node's own).
+	Cap int `json:"cap"`
 }
 
 // Dispatcher decides which node serves a request for a model and writes

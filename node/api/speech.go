@@ -205,9 +205,13 @@ func (s *Server) audioVoices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sp := eng.(engine.Speaker)
-	data := make([]map[string]string, 0, len(sp.Voices()))
+	data := make([]map[string]any, 0, len(sp.Voices()))
 	for _, v := range sp.Voices() {
-		data = append(data, map[string]string{"id": v.ID, "language": v.Language, "gender": v.Gender})
+		d := map[string]any{"id": v.ID, "language": v.Language, "gender": v.Gender}
+		if len(v.OpenAI) > 0 {
+			d["openai_voices"] = v.OpenAI // OpenAI's names that select this voice
+		}
+		data = append(data, d)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "model": id, "sample_rate": sp.SampleRate(), "data": data})
 }

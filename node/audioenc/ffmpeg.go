@@ -36,9 +36,13 @@ var ffmpegCodec = map[Format]struct {
 	AAC:  {"aac", []string{"-c:a", "aac", "-b:a", "96k", "-f", "adts"}},
 }
 
+// FFmpegProgram is the encoder program looked up on PATH (Debian package
+// ffmpeg; the container image installs it).
+const FFmpegProgram = "ffmpeg"
+
 // New returns an Encoder using the ffmpeg found on PATH (if any).
 func New() *Encoder {
-	p, err := exec.LookPath("ffmpeg")
+	p, err := exec.LookPath(FFmpegProgram)
 	if err != nil {
 		return &Encoder{}
 	}

@@ -282,12 +282,7 @@ func (d *Dispatcher) view(pol Policy) []route.Peer {
 	copy(out, src)
 	for i := range out {
 		p := &out[i]
-		if np, ok := pol.Nodes[p.ID]; ok {
-			p.Weight, p.Canary, p.CanaryPercent = int(np.Weight), np.Canary, int(np.CanaryPercent)
-			if np.InflightCap > 0 {
-				p.MaxInFlight = int(np.InflightCap)
-			}
-		}
+		pol.Apply(p)
 		if p.Self {
 			p.InFlight = int(d.inFlight.Load())
 			p.MaxInFlight = d.localCap(pol)
@@ -302,6 +297,16 @@ func (d *Dispatcher) view(pol Policy) []route.Peer {
 		}
 	}
 	return out
+}
+
+// Routing returns the policy in force and the peer table as routing sees
+// it now: each peer with the policy's weight, canary settings and cap
+// applied (Policy.Apply), this node's own exact load and cap, and the
+// requests in flight to each peer. The dashboard, the member list and
+// the per-peer metrics show it beside what each node gossips.
+func (d *Dispatcher) Routing() (Policy, []route.Peer) {
+	pol := d.policy.Policy()
+	return pol, d.view(pol)
 }
 
 // localCap is this node's in-flight cap.

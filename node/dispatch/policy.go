@@ -16,6 +16,20 @@ type Policy struct {
 	Nodes map[string]routing.Node `json:"nodes,omitempty"`
 }
 
+// Apply sets p's weight, canary settings and in-flight cap to the ones
+// routing uses: the policy's entry for the node where it has one (the cap
+// only when the entry sets one), else what the node gossips.
+func (pol Policy) Apply(p *route.Peer) {
+	np, ok := pol.Nodes[p.ID]
+	if !ok {
+		return
+	}
+	p.Weight, p.Canary, p.CanaryPercent = int(np.Weight), np.Canary, int(np.CanaryPercent)
+	if np.InflightCap > 0 {
+		p.MaxInFlight = int(np.InflightCap)
+	}
+}
+
 // PolicySource supplies the current policy. Dispatch calls it on every
 // request, so it must be cheap. The node serves the replicated policy
 // (consensus) through it.

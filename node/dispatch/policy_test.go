@@ -58,3 +58,27 @@ func TestPolicyWeightsAndCanaryReachRouting(t *testing.T) {
 		t.Fatalf("canary share %.3f, want ~0.30", share)
 	}
 }
+
+// TestPolicyApply: a node with an entry takes its weight and canary
+// settings, and its cap when the entry sets one; others keep their own.
+func TestPolicyApply(t *testing.T) {
+	pol := dispatch.Policy{Nodes: map[string]routing.Node{
+		"a": {Weight: 3, Canary: true, CanaryPercent: 10, InflightCap: 2},
+		"b": {Weight: 5},
+	}}
+	a := route.Peer{ID: "a", Weight: 1, MaxInFlight: 8}
+	b := route.Peer{ID: "b", Weight: 1, Canary: true, CanaryPercent: 50, MaxInFlight: 8}
+	c := route.Peer{ID: "c", Weight: 7, MaxInFlight: 4}
+	for _, p := range []*route.Peer{&a, &b, &c} {
+		pol.Apply(p)
+	}
+	if a.Weight != 3 || !a.Canary || a.CanaryPercent != 10 || a.MaxInFlight != 2 {
+		t.Errorf("a: %+v", a)
+	}
+	if b.Weight != 5 || b.Canary || b.CanaryPercent != 0 || b.MaxInFlight != 8 {
+		t.Errorf("b (no cap in its entry keeps its own): %+v", b)
+	}
+	if c.Weight != 7 || c.MaxInFlight != 4 {
+		t.Errorf("c (no entry): %+v", c)
+	}
+}

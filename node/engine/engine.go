@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"image"
+	"strconv"
 )
 
 // Task names what a model does. It selects the pipeline a runtime builds.
@@ -237,6 +238,10 @@ type ResponseFormat struct {
 type ChatRequest struct {
 	// Messages is the conversation, oldest first.
 	Messages []ChatMessage
+	// CacheKey is OpenAI's prompt_cache_key: requests that share it are
+	// routed to the node that served one of them (node/prefix). Engines
+	// ignore it.
+	CacheKey string
 	// Tools are the functions the model may call.
 	Tools []Tool
 	// ToolChoice says whether the model must, may or must not call tools.
@@ -386,3 +391,9 @@ type ImageGenerator interface {
 	// GenerateImages makes req.N images from the prompt.
 	GenerateImages(ctx context.Context, req ImageRequest) (ImageResult, error)
 }
+
+// LegacyCallID is the tool call id the k-th (from 0) legacy function_call
+// of a conversation gets: OpenAI's legacy functions carry no ids, so the
+// API names them this way and a role "function" answer refers to the
+// latest call of its function; the prefix hashes name them the same way.
+func LegacyCallID(k int) string { return "call_function_" + strconv.Itoa(k) }

@@ -71,6 +71,9 @@ type Voice struct {
 	Language string
 	// Gender is "female", "male" or "" when unknown.
 	Gender string
+	// OpenAI lists the OpenAI voice names (alloy, echo, ...) that select
+	// this voice on this engine (node/engine/tts/openai.go).
+	OpenAI []string
 }
 
 // Speaker is implemented by engines whose Task is TaskTextToSpeech.

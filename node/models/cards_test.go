@@ -51,3 +51,26 @@ func TestBuiltinFilesPinnedWhereDigestFixed(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinCardsForShippedModels: every model `make assets` installs,
+// and so every model `make run` serves, has a registered card with all
+// its fields (provenance answers 200 for each).
+func TestBuiltinCardsForShippedModels(t *testing.T) {
+	c, err := NewCatalog(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{
+		// make run's models
+		"onnx/isnet/general-use-small", "onnx/tiny-bert/test-128", "onnx/tiny-llama/test", "onnx/centernet/mobilenetv3-coco",
+		"onnx/blazeface/faceres", "onnx/composed-describer/v1", "onnx/whisper/base", "onnx/silero-vad/v4", "onnx/kokoro/82m-q8",
+		// the other assets
+		"onnx/esrgan/thick", "onnx/ppocr/v4", "gguf/tiny-gguf/test", "onnx/tiny-sd/test", "onnx/tiny-sd-inpaint/test",
+		"onnx/tiny-sd-pix2pix/test", "onnx/tiny-sd-turbo/test",
+	} {
+		card, ok := c.Card(id)
+		if !ok || card.Publisher == "" || card.Source == "" || card.License == "" || card.IntendedUse == "" || card.KnownLimitations == "" {
+			t.Errorf("%s: card %+v %v", id, card, ok)
+		}
+	}
+}

@@ -127,3 +127,67 @@ func TestBuiltinDiffusionEntry(t *testing.T) {
 	}
 	t.Fatal("no onnx/sd-turbo/fp16 entry")
 }
+
+// TestBuiltinEntriesOfShippedAudioModels: Whisper base, Silero VAD and
+// Kokoro, which make assets installs from package tarballs, can be pulled
+// by a plain binary: their entries have the shipped models' ids, the
+// roles their engines look up, the shipped files' sha256 on the weights
+// and commit-pinned URLs.
+func TestBuiltinEntriesOfShippedAudioModels(t *testing.T) {
+	es, err := parseCatalog(builtinCatalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]Entry{}
+	for _, e := range es {
+		byKey[e.Key] = e
+	}
+	for key, want := range map[string]struct {
+		wire   string
+		task   string
+		roles  []string
+		pinned map[string]string // file -> sha256 of the file make assets installs
+	}{
+		"onnx/whisper/base": {"whisper:base", "speech-to-text",
+			[]string{"encoder", "decoder", "config", "generation_config", "tokenizer", "preprocessor_config"},
+			map[string]string{"encoder_model_quantized.onnx": "3e345e977b55620a37c0c2b2af0644e019afdfad562dcf71eb929bb7274285f9",
+				"decoder_model_merged_quantized.onnx": "a6beb6baabb66f00b6a686d828c95ffca6146d51900cbad0266cad38f64cf861"}},
+		"onnx/silero-vad/v4": {"silero-vad:v4", "voice-activity-detection", []string{"model"},
+			map[string]string{"silero_vad.onnx": "a35ebf52fd3ce5f1469b2a36158dba761bc47b973ea3382b3186ca15b1f5af28"}},
+		"onnx/kokoro/82m-q8": {"kokoro:82m-q8", "text-to-speech", []string{"model", "tokenizer", "voice.af_heart", "voice.am_michael", "voice.ef_dora"},
+			map[string]string{"kokoro-quantized.onnx": "fbae9257e1e05ffc727e951ef9b9c98418e6d79f1c9b6b13bd59f5c9028a1478",
+				"af_heart.bin": "d583ccff3cdca2f7fae535cb998ac07e9fcb90f09737b9a41fa2734ec44a8f0b"}},
+	} {
+		e, ok := byKey[key]
+		if !ok {
+			t.Errorf("%s: not in the catalogue", key)
+			continue
+		}
+		if e.Install.Name+":"+e.Install.Tag != want.wire || e.Install.Task != want.task {
+			t.Errorf("%s: installs %s:%s for %s", key, e.Install.Name, e.Install.Tag, e.Install.Task)
+		}
+		if e.Card == nil || e.Card.License != e.License || e.Card.KnownLimitations == "" {
+			t.Errorf("%s: licence %q, card %+v", key, e.License, e.Card)
+		}
+		files := map[string]File{}
+		for _, f := range e.Files {
+			files[f.Name] = f
+			if strings.Contains(f.URL, "/main/") || !strings.HasPrefix(f.URL, "https://") {
+				t.Errorf("%s: %s comes from %s, not a pinned commit", key, f.Name, f.URL)
+			}
+		}
+		for _, r := range want.roles {
+			if _, ok := files[e.Install.Files[r]]; !ok {
+				t.Errorf("%s: role %q names %q, which is not downloaded", key, r, e.Install.Files[r])
+			}
+		}
+		for name, sha := range want.pinned {
+			if files[name].SHA256 != sha {
+				t.Errorf("%s: %s pinned to %q, want the shipped file's %s", key, name, files[name].SHA256, sha)
+			}
+		}
+	}
+	if n := len(byKey["onnx/kokoro/82m-q8"].Files); n != 2+41 {
+		t.Errorf("kokoro: %d files, want the model, the tokenizer and 41 voices", n)
+	}
+}

@@ -93,7 +93,9 @@ type Progress struct {
 	ETASeconds int64 `json:"eta_seconds"`
 }
 
-// Puller runs pulls. Pulls of the same model share one job.
+// Puller runs pulls. Pulls of the same model share one job, whichever id
+// (canonical or wire) each caller used: a job is listed under the id it
+// was asked by and, once known, under the model's canonical id.
 type Puller struct {
 	cfg    PullConfig
 	log    *slog.Logger
@@ -179,22 +181,59 @@ func (p *Puller) Pull(key string) (*Job, error) {
 		defer p.wg.Done()
 		final := p.run(j, entry, inCatalog, installed, peers)
 		p.mu.Lock()
-		delete(p.jobs, id)
+		for k, v := range p.jobs {
+			if v == j {
+				delete(p.jobs, k)
+			}
+		}
 		p.mu.Unlock()
 		j.finish(final)
 	}()
 	return j, nil
 }
 
-// Running lists the ids being pulled now.
+// Running lists the ids being pulled now (a job's own id, once each).
 func (p *Puller) Running() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]string, 0, len(p.jobs))
-	for id := range p.jobs {
-		out = append(out, id)
+	for id, j := range p.jobs {
+		if id == j.key {
+			out = append(out, id)
+		}
 	}
 	return out
+}
+
+// claim lists j under the canonical id its plan found (a pull asked by a
+// wire id of a model only peers have learns it from a peer's manifest).
+// When another job already holds that id, claim returns it, and j follows
+// it instead of downloading the same files into the same staging folder.
+func (p *Puller) claim(j *Job, id string) *Job {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if other, ok := p.jobs[id]; ok && other != j {
+		return other
+	}
+	p.jobs[id] = j
+	return nil
+}
+
+// follow makes j repeat other's progress and end as other ends.
+func (p *Puller) follow(j, other *Job) Event {
+	events, cancel := other.Subscribe()
+	defer cancel()
+	final := Event{Type: "error", Code: apierr.CodeDownloadFailed, Message: "the shared pull ended without a result"}
+	for e := range events {
+		switch e.Type {
+		case "progress":
+			j.progress(e.Progress, true)
+		case "done", "error":
+			final = e
+		}
+	}
+	final.ModelKey = j.key
+	return final
 }
 
 // Close cancels every running pull (their staged files stay, so a later
@@ -228,6 +267,18 @@ func (p *Puller) run(j *Job, entry Entry, inCatalog bool, installed *Manifest, p
 	plan, err := p.plan(j, entry, inCatalog, peers)
 	if err != nil {
 		return fail(apierr.CodeDownloadFailed, err)
+	}
+	if other := p.claim(j, plan.manifest.ID); other != nil {
+		return p.follow(j, other)
+	}
+	if m, err := p.cfg.Store.Get(plan.manifest.ID); err == nil {
+		// A pull by the other id installed it while this one planned.
+		total := m.TotalSize()
+		j.progress(Progress{Phase: "already installed", Completed: total, Total: total}, true)
+		if err := p.cfg.Installed(m); err != nil {
+			return fail(apierr.CodeLoadFailed, err)
+		}
+		return done()
 	}
 	dir := p.cfg.Store.StagingDir(plan.manifest.ID)
 	d := &download{p: p, j: j, plan: plan, dir: dir, peers: peers}

@@ -404,3 +404,96 @@ func TestPullPrefersPeersAndFallsOverBetweenThem(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// heldPeer is a memPeer whose first Fetch waits for release, so that a
+// second pull starts while the first is downloading; fetches counts the
+// Fetch calls.
+type heldPeer struct {
+	memPeer
+	fetching chan struct{} // closed when the first Fetch starts
+	release  chan struct{}
+	once     sync.Once
+	fetches  atomic.Int64
+}
+
+func (p *heldPeer) Fetch(ctx context.Context, model, file string, off int64, w io.Writer) error {
+	p.fetches.Add(1)
+	first := false
+	p.once.Do(func() { first = true; close(p.fetching) })
+	if first {
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return p.memPeer.Fetch(ctx, model, file, off, w)
+}
+
+// TestPullsByWireAndCanonicalIDShareOneDownload: a model only a peer has
+// (not in the catalogue), pulled by its wire id and, while that runs, by
+// its canonical id: one download, both pulls succeed, one install. Before,
+// the second pull knew the model only by the id it was given, started a
+// second job into the same staging folder, and one of them failed.
+func TestPullsByWireAndCanonicalIDShareOneDownload(t *testing.T) {
+	f := newPullFixture(t, false)
+	seed := f.puller(t) // the peer's copy, from the hub (the registry double)
+	if evs := collect(t, mustPull(t, seed, f.key)); evs[len(evs)-1].Type != "done" {
+		t.Fatalf("seeding the peer: %v", evs)
+	}
+	empty, err := NewCatalog(context.Background(), nil) // only the peer has it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := empty.Get(f.key); ok {
+		t.Fatal("the built-in catalogue lists the test model")
+	}
+	local, err := Open(t.TempDir(), slog.New(slog.DiscardHandler), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := &heldPeer{memPeer: memPeer{id: "a", store: f.store}, fetching: make(chan struct{}), release: make(chan struct{})}
+	var installs atomic.Int64
+	p := NewPuller(PullConfig{Store: local, Catalog: empty, Installed: func(*Manifest) error { installs.Add(1); return nil },
+		Peers: func(string) []PeerSource { return []PeerSource{peer} }})
+	t.Cleanup(p.Close)
+
+	byWire := mustPull(t, p, "test-enc:v1")
+	<-peer.fetching // the first pull is downloading
+	byID := mustPull(t, p, f.key)
+	close(peer.release)
+	var wg sync.WaitGroup
+	var evs [2][]Event
+	for i, j := range []*Job{byWire, byID} {
+		wg.Add(1)
+		go func() { defer wg.Done(); evs[i] = collect(t, j) }()
+	}
+	wg.Wait()
+	for i, e := range evs {
+		if last := e[len(e)-1]; last.Type != "done" {
+			t.Errorf("pull %d ended with %+v", i, last)
+		}
+	}
+	if got, want := peer.fetches.Load(), int64(len(f.files)); got != want {
+		t.Errorf("%d file fetches, want %d (one download)", got, want)
+	}
+	if installs.Load() != 1 {
+		t.Errorf("installed %d times, want once", installs.Load())
+	}
+	m, err := local.Get("test-enc:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := local.Verify(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustPull(t *testing.T, p *Puller, key string) *Job {
+	t.Helper()
+	j, err := p.Pull(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}

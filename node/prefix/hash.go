@@ -95,6 +95,16 @@ func Hashes(model string, tools []Tool, msgs []Message) []uint64 {
 	return out
 }
 
+// KeyHash is the prefix hash of a prompt cache key (OpenAI's
+// prompt_cache_key) for model. Every request carrying the key holds it, as
+// the shortest of its prefixes, so the node that served one such request
+// is preferred for the others, behind a node holding a longer prefix of
+// the request itself. Its input differs in form from every chain's seed.
+func KeyHash(model, key string) uint64 {
+	h := sha256.Sum256([]byte(domain + "prompt_cache_key\n" + model + "\n" + key))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
 // seed hashes what precedes the messages: the model and the tools.
 func seed(model string, tools []Tool) [sha256.Size]byte {
 	s := sha256.New()
@@ -171,6 +181,11 @@ type request struct {
 				Arguments string `json:"arguments"`
 			} `json:"function"`
 		} `json:"tool_calls"`
+		// FunctionCall is the legacy form of one tool call.
+		FunctionCall *struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function_call"`
 	} `json:"messages"`
 	Tools []struct {
 		Function struct {
@@ -180,6 +195,14 @@ type request struct {
 			Strict      bool            `json:"strict"`
 		} `json:"function"`
 	} `json:"tools"`
+	// PromptCacheKey is OpenAI's cache key (KeyHash).
+	PromptCacheKey string `json:"prompt_cache_key"`
+	// Functions are the legacy form of tools (used when tools are not).
+	Functions []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"functions"`
 }
 
 // ErrNotChat is returned for a body that is not a chat completions request
@@ -189,31 +212,57 @@ var ErrNotChat = errors.New("prefix: not a chat request with messages")
 // ParseRequest reads the tools and messages of a chat completions request
 // body (OpenAI's format) the way the API layer converts them into an
 // engine.ChatRequest, so that FromEngine of the converted request gives the
-// same hashes. Unknown and unhashed fields are ignored.
+// same hashes; that includes the legacy functions (tools when there are
+// none), an assistant function_call (a tool call named by
+// engine.LegacyCallID) and role "function" answers (tool messages).
+// Unknown and unhashed fields are ignored.
 func ParseRequest(body []byte) ([]Tool, []Message, error) {
+	tools, msgs, _, err := parseRequest(body)
+	return tools, msgs, err
+}
+
+// parseRequest is ParseRequest that also returns the prompt cache key.
+func parseRequest(body []byte) ([]Tool, []Message, string, error) {
 	var in request
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrNotChat, err)
+		return nil, nil, "", fmt.Errorf("%w: %v", ErrNotChat, err)
 	}
 	if len(in.Messages) == 0 {
-		return nil, nil, ErrNotChat
+		return nil, nil, "", ErrNotChat
 	}
 	var tools []Tool
 	for _, t := range in.Tools {
 		tools = append(tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters, Strict: t.Function.Strict})
 	}
+	if len(in.Tools) == 0 {
+		for _, f := range in.Functions {
+			tools = append(tools, Tool{Name: f.Name, Description: f.Description, Parameters: f.Parameters})
+		}
+	}
 	msgs := make([]Message, len(in.Messages))
+	calls := map[string]string{} // legacy: function name → id of its latest call
+	k := 0
 	for i, m := range in.Messages {
 		out := Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 		if err := content(m.Content, &out); err != nil {
-			return nil, nil, fmt.Errorf("%w: messages[%d].content: %v", ErrNotChat, i, err)
+			return nil, nil, "", fmt.Errorf("%w: messages[%d].content: %v", ErrNotChat, i, err)
 		}
 		for _, tc := range m.ToolCalls {
 			out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
+		// The legacy forms, mapped as the API maps them.
+		if fc := m.FunctionCall; fc != nil {
+			id := engine.LegacyCallID(k)
+			k++
+			out.ToolCalls = append(out.ToolCalls, ToolCall{ID: id, Name: fc.Name, Arguments: fc.Arguments})
+			calls[fc.Name] = id
+		}
+		if m.Role == "function" {
+			out.Role, out.ToolCallID = engine.RoleTool, calls[m.Name]
+		}
 		msgs[i] = out
 	}
-	return tools, msgs, nil
+	return tools, msgs, in.PromptCacheKey, nil
 }
 
 // content fills m.Content (and m.Parts) from a string, null or an array of
@@ -256,12 +305,16 @@ func content(raw json.RawMessage, m *Message) error {
 }
 
 // RequestHashes returns the prefix hashes of a chat completions body for
-// the canonical model id (route.Facts.Prefixes); nil when the body is not
-// a chat request.
+// the canonical model id (route.Facts.Prefixes), shortest first: the
+// cache key's (KeyHash) when the body has a prompt_cache_key, then one per
+// message; nil when the body is not a chat request.
 func RequestHashes(model string, body []byte) []uint64 {
-	tools, msgs, err := ParseRequest(body)
+	tools, msgs, key, err := parseRequest(body)
 	if err != nil {
 		return nil
+	}
+	if key != "" {
+		return append([]uint64{KeyHash(model, key)}, Hashes(model, tools, msgs)...)
 	}
 	return Hashes(model, tools, msgs)
 }
@@ -304,5 +357,8 @@ func Served(model string, req engine.ChatRequest, answer engine.ChatMessage) []u
 		answer.Role = engine.RoleAssistant
 	}
 	all := Hashes(model, tools, append(msgs, fromEngineMessage(answer)))
+	if req.CacheKey != "" {
+		return append(all[len(all)-2:], KeyHash(model, req.CacheKey))
+	}
 	return all[len(all)-2:]
 }

@@ -192,3 +192,38 @@ func BenchmarkDigest(b *testing.B) {
 		tr.Digest()
 	}
 }
+
+// TestCacheKeyAffinity: requests sharing a prompt_cache_key share its
+// hash as their shortest prefix, and the node that served one of them
+// holds it, so another conversation with the key finds that node (with a
+// match of 1, below any longer prefix); without the key, nothing matches.
+func TestCacheKeyAffinity(t *testing.T) {
+	a := `{"model":"m","prompt_cache_key":"tenant-7","messages":[{"role":"user","content":"first conversation"}]}`
+	b := `{"model":"m","prompt_cache_key":"tenant-7","messages":[{"role":"user","content":"another one"}]}`
+	c := `{"model":"m","prompt_cache_key":"tenant-8","messages":[{"role":"user","content":"another one"}]}`
+	d := `{"model":"m","messages":[{"role":"user","content":"another one"}]}`
+	ha := RequestHashes(model, []byte(a))
+	if len(ha) != 2 || ha[0] != KeyHash(model, "tenant-7") {
+		t.Fatalf("hashes of a keyed body: %x", ha)
+	}
+	// The messages' own hashes do not change with the key.
+	if hd := RequestHashes(model, []byte(d)); !slices.Equal(RequestHashes(model, []byte(b))[1:], hd) {
+		t.Fatal("the key changed the message hashes")
+	}
+	_, msgs, err := ParseRequest([]byte(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := engine.ChatRequest{CacheKey: "tenant-7", Messages: []engine.ChatMessage{{Role: engine.RoleUser, Content: msgs[0].Content}}}
+	tr := NewTracker(TrackerConfig{})
+	tr.Record(Served(model, req, engine.ChatMessage{Content: "answer"})...)
+	dg := tr.Digest()
+	for body, want := range map[string]int{b: 1, c: 0, d: 0} {
+		if got := dg.Longest(RequestHashes(model, []byte(body))); got != want {
+			t.Errorf("%s: longest match %d, want %d", body, got, want)
+		}
+	}
+	if KeyHash(model, "k") == KeyHash("other/model/x", "k") {
+		t.Error("the key's hash does not depend on the model")
+	}
+}

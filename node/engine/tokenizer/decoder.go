@@ -47,35 +47,49 @@ type WordPieceDecoder struct {
 	// as a word.
 	Prefix string
 	// Cleanup removes the spaces before punctuation and inside English
-	// contractions (Hugging Face's clean_up_tokenization).
+	// contractions, as Hugging Face's tokenizers do (cleanupPiece).
 	Cleanup bool
 }
 
 // Decode joins the tokens.
 func (d WordPieceDecoder) Decode(dst []byte, tokens []string) []byte {
-	var b strings.Builder
 	for i, t := range tokens {
 		if i > 0 {
 			if rest, ok := strings.CutPrefix(t, d.Prefix); ok && d.Prefix != "" {
 				t = rest
 			} else {
-				b.WriteByte(' ')
+				t = " " + t
 			}
 		}
-		b.WriteString(t)
+		if d.Cleanup {
+			t = cleanupPiece(t)
+		}
+		dst = append(dst, t...)
 	}
-	s := b.String()
-	if d.Cleanup {
-		s = cleanupSpaces.Replace(s)
-	}
-	return append(dst, s...)
+	return dst
 }
 
 // PerToken is false: spaces depend on the neighbouring tokens.
 func (WordPieceDecoder) PerToken() bool { return false }
 
-// cleanupSpaces is Hugging Face's clean_up_tokenization.
-var cleanupSpaces = strings.NewReplacer(" .", ".", " ?", "?", " !", "!", " ,", ",", " ' ", "'", " n't", "n't", " 'm", "'m", " 's", "'s", " 've", "'ve", " 're", "'re")
+// cleanupPiece is the cleanup of Hugging Face's tokenizers library (the
+// reference of this package): one token with the space put before it, its
+// replacements applied one after the other in this order, each to the
+// result of the one before. A single pass over all the patterns at once
+// differs: ") ' ! ?" must stay ") '!?", as each token is cleaned on its
+// own, and "' ! " is no " ' " once " !" became "!".
+func cleanupPiece(s string) string {
+	if !strings.Contains(s, " ") {
+		return s
+	}
+	for _, r := range [...][2]string{
+		{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
+		{" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+	} {
+		s = strings.ReplaceAll(s, r[0], r[1])
+	}
+	return s
+}
 
 // concatDecode is decoding without a decoder: the tokens side by side.
 func concatDecode(dst []byte, tokens []string) []byte {

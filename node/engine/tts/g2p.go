@@ -31,8 +31,9 @@ import (
 // espeakTimeout bounds one espeak-ng call.
 const espeakTimeout = 10 * time.Second
 
-// espeakProgram is the G2P executable looked up on PATH.
-const espeakProgram = "espeak-ng"
+// EspeakProgram is the G2P executable looked up on PATH (Debian package
+// espeak-ng; the container image installs it).
+const EspeakProgram = "espeak-ng"
 
 // zwj is the tie espeak-ng --ipa=3 puts inside multi-letter phonemes.
 const zwj = "\u200d"
@@ -248,7 +249,7 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 func runEspeak(parent context.Context, voice, in string) (string, error) {
 	ctx, cancel := context.WithTimeout(parent, espeakTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, espeakProgram, "-q", "-b", "1", "--ipa=3", "-v", voice)
+	cmd := exec.CommandContext(ctx, EspeakProgram, "-q", "-b", "1", "--ipa=3", "-v", voice)
 	cmd.Stdin = strings.NewReader(in)
 	out := &limitedBuffer{max: 64*len(in) + 4096}
 	var stderr limitedBuffer

@@ -67,6 +67,8 @@ type Kokoro struct {
 	voices       []engine.Voice
 	styles       map[string][]float32 // voice id -> [510*256]
 	defaultVoice string
+	// aliases maps OpenAI's voice names to voices (openai.go).
+	aliases map[string]string
 }
 
 // LoadKokoro loads Kokoro-82M from spec.Dir. spec.Files names "model" (the
@@ -123,6 +125,7 @@ func loadKokoro(rt *onnx.Runtime, spec engine.Spec) (*Kokoro, error) {
 		}
 		k.defaultVoice = v
 	}
+	k.aliases = kokoroAliases(k.voices, k.defaultVoice)
 	// The default voice is listed first.
 	sort.SliceStable(k.voices, func(i, j int) bool { return k.voices[i].ID == k.defaultVoice && k.voices[j].ID != k.defaultVoice })
 	path := filepath.Join(spec.Dir, spec.Files["model"])
@@ -260,6 +263,9 @@ func (k *Kokoro) resolve(req engine.SpeechRequest) ([]float32, kokoroLang, float
 	voice := req.Voice
 	if voice == "" {
 		voice = k.defaultVoice
+	}
+	if v, ok := k.aliases[voice]; ok {
+		voice = v
 	}
 	style, ok := k.styles[voice]
 	if !ok {

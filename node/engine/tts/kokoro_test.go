@@ -3,6 +3,7 @@ package tts
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,6 +55,7 @@ func TestKokoro(t *testing.T) {
 	}{
 		{"Voices", testKokoroVoices}, {"Phonemes", testKokoroPhonemes}, {"BadInput", testKokoroBadInput},
 		{"Synthesize", testKokoroSynthesize}, {"StreamsBeforeLastSentence", testKokoroStreamsBeforeLastSentence},
+		{"OpenAIVoices", testKokoroOpenAIVoices},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, k) })
 	}
@@ -194,5 +196,23 @@ func testKokoroBadInput(t *testing.T, k *Kokoro) {
 	err := k.Synthesize(ctx, engine.SpeechRequest{Text: strings.Repeat("Hello. ", 585) + "x"}, func([]float32) error { cancel(); return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("4096 characters, cancelled after the first chunk: %v", err)
+	}
+}
+
+// testKokoroOpenAIVoices: OpenAI's voice names speak, each with the
+// Kokoro voice the mapping names (the same samples), and the voice list
+// says so.
+func testKokoroOpenAIVoices(t *testing.T, k *Kokoro) {
+	for _, c := range []struct{ openai, voice string }{{"alloy", "af_alloy"}, {"ash", "am_michael"}, {"coral", "af_heart"}} {
+		a, _ := synthAll(t, k, engine.SpeechRequest{Text: "Good morning.", Voice: c.openai})
+		b, _ := synthAll(t, k, engine.SpeechRequest{Text: "Good morning.", Voice: c.voice})
+		if len(a) < 2400 || !slices.Equal(a, b) {
+			t.Errorf("%s: %d samples, not the %d of %s", c.openai, len(a), len(b), c.voice)
+		}
+	}
+	for _, v := range k.Voices() {
+		if v.ID == "af_alloy" && !slices.Equal(v.OpenAI, []string{"alloy"}) {
+			t.Errorf("af_alloy lists %v", v.OpenAI)
+		}
 	}
 }

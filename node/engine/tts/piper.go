@@ -62,6 +62,8 @@ type Piper struct {
 	voices  []engine.Voice
 	speaker map[string]int64
 	multi   bool
+	// aliases maps OpenAI's voice names to voices (openai.go).
+	aliases map[string]string
 }
 
 // LoadPiper loads a Piper voice: spec.Files "model" (the .onnx) and
@@ -148,6 +150,7 @@ func loadPiper(rt *onnx.Runtime, spec engine.Spec) (*Piper, error) {
 		p.voices = []engine.Voice{{ID: name, Language: p.lang}}
 		p.speaker[name] = 0
 	}
+	p.aliases = piperAliases(p.voices)
 	ins, outs, err := modelIO(path)
 	if err != nil {
 		return nil, wrap(err)
@@ -197,6 +200,9 @@ func (p *Piper) Synthesize(ctx context.Context, req engine.SpeechRequest, emit f
 	voice := req.Voice
 	if voice == "" {
 		voice = p.voices[0].ID
+	}
+	if v, ok := p.aliases[voice]; ok {
+		voice = v
 	}
 	sid, ok := p.speaker[voice]
 	if !ok {

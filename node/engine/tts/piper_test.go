@@ -51,6 +51,10 @@ func TestPiper(t *testing.T) {
 	t.Logf("%d ids for %q", len(ids), text)
 
 	a, chunks := synthAll(t, p, engine.SpeechRequest{Text: text, Voice: "alice"})
+	// OpenAI's voice names select the first speaker.
+	if alloy, _ := synthAll(t, p, engine.SpeechRequest{Text: text, Voice: "alloy"}); len(alloy) != len(a) {
+		t.Fatalf("voice alloy: %d samples, alice %d", len(alloy), len(a))
+	}
 	if chunks != 1 {
 		t.Fatalf("%d chunks for one sentence", chunks)
 	}
