@@ -139,6 +139,11 @@ type Config struct {
 	// ImageBudget bounds the memory decoded request images may hold at
 	// once (default 1 GiB); larger concurrent images wait their turn.
 	ImageBudget int64
+	// Work bounds the work one request may ask (image megapixel-steps and
+	// picture size, speech characters ÷ speed, transcription seconds) and
+	// the work one key may have admitted on this node at once (see
+	// node/api/work.go; defaults api.DefaultWorkLimits).
+	Work api.WorkLimits
 	// MaxConnsPerClient caps the open client connections from one address
 	// (default 1024; 0 turns the cap off, e.g. behind a proxy).
 	MaxConnsPerClient int
@@ -204,6 +209,7 @@ func Defaults() Config {
 		BodyGrace:         api.DefaultBodyGrace,
 		MaxConnsPerClient: 1024,
 		ImageBudget:       imagecodec.DefaultBudget,
+		Work:              api.DefaultWorkLimits(),
 
 		PullStallTimeout: 30 * time.Second,
 
@@ -322,6 +328,7 @@ func (c *Config) Validate() error {
 	if c.ImageBudget < 64<<20 {
 		errs = append(errs, fmt.Errorf("image budget %d: want at least 64 MiB", c.ImageBudget))
 	}
+	errs = append(errs, c.Work.Validate()...)
 	if c.MaxConnsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("max conns per client %d: must not be negative", c.MaxConnsPerClient))
 	}

@@ -171,6 +171,8 @@ func New(cfg Config) (*Node, error) {
 		TrustedProxies: trusted,
 		Bodies:         api.BodyLimits{Budget: cfg.BodyBudget, MinRate: cfg.BodyMinRate, Grace: cfg.BodyGrace},
 		ImageBudget:    cfg.ImageBudget,
+		Work:           cfg.Work,
+		WorkCaller:     workCaller,
 		ChatServed:     n.recordPrefix,
 		AuditExport:    auditExport,
 		AuditKeys:      auditKeys,
