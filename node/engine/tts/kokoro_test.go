@@ -54,6 +54,7 @@ func TestKokoro(t *testing.T) {
 	}{
 		{"Voices", testKokoroVoices}, {"Phonemes", testKokoroPhonemes}, {"BadInput", testKokoroBadInput},
 		{"Synthesize", testKokoroSynthesize}, {"StreamsBeforeLastSentence", testKokoroStreamsBeforeLastSentence},
+		{"MarksOnly", testKokoroMarksOnly},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, k) })
 	}
