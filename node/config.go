@@ -147,6 +147,11 @@ type Config struct {
 	// and per client address, apart from the in-flight cap, with idle and
 	// total time limits (zero fields take api.SessionLimits' defaults).
 	Sessions api.SessionLimits
+	// Work bounds the work one request may ask (image megapixel-steps and
+	// picture size, speech characters ÷ speed, transcription seconds) and
+	// the work one key may have admitted on this node at once (see
+	// node/api/work.go; defaults api.DefaultWorkLimits).
+	Work api.WorkLimits
 	// MaxConnsPerClient caps the open client connections from one address
 	// (default 1024; 0 turns the cap off, e.g. behind a proxy).
 	MaxConnsPerClient int
@@ -214,6 +219,7 @@ func Defaults() Config {
 		ImageBudget:       imagecodec.DefaultBudget,
 		Sessions: api.SessionLimits{PerNode: api.DefaultSessionsPerNode, PerKey: api.DefaultSessionsPerKey,
 			PerClient: api.DefaultSessionsPerClient, Idle: api.DefaultSessionIdle, MaxDuration: api.LiveMaxDuration},
+		Work: api.DefaultWorkLimits(),
 
 		PullStallTimeout: 30 * time.Second,
 
@@ -338,6 +344,7 @@ func (c *Config) Validate() error {
 	if l := c.Sessions; l.PerNode < 0 || l.PerKey < 0 || l.PerClient < 0 || l.Idle < 0 || l.MaxDuration < 0 || l.MaxDuration > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("session limits %+v: counts and durations must not be negative, and sessions last at most 24h", l))
 	}
+	errs = append(errs, c.Work.Validate()...)
 	if c.MaxConnsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("max conns per client %d: must not be negative", c.MaxConnsPerClient))
 	}

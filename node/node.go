@@ -172,6 +172,8 @@ func New(cfg Config) (*Node, error) {
 		Bodies:         api.BodyLimits{Budget: cfg.BodyBudget, Share: cfg.BodyShare, MinRate: cfg.BodyMinRate, Grace: cfg.BodyGrace},
 		ImageBudget:    cfg.ImageBudget,
 		Sessions:       cfg.Sessions,
+		Work:           cfg.Work,
+		WorkCaller:     workCaller,
 		ChatServed:     n.recordPrefix,
 		AuditExport:    auditExport,
 		AuditKeys:      auditKeys,

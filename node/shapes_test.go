@@ -55,7 +55,7 @@ func TestAdminShapes(t *testing.T) {
 		{http.MethodGet, "/v1/server/models/onnx/all-minilm-l6-v2/fp32/provenance", "", `{"model":"onnx/all-minilm-l6-v2/fp32","object":"model.card",` +
 			`"publisher":"sentence-transformers (ONNX export by Xenova)","source":"https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2","license":"apache-2.0",` +
 			`"intended_use":I,"known_limitations":K}`},
-		{http.MethodPost, "/v1/models/catalog/refresh", "", `{"added":[],"changed":[],"entries":16,"object":"catalog.refresh","removed":[],"sources":[{"source":"builtin","entries":16}]}`},
+		{http.MethodPost, "/v1/models/catalog/refresh", "", `{"added":[],"changed":[],"entries":19,"object":"catalog.refresh","removed":[],"sources":[{"source":"builtin","entries":19}]}`},
 		// The first entry whole, then the end of the list.
 		{http.MethodGet, "/v1/models/catalog", "", `{"data":[{"key":"onnx/all-minilm-l6-v2/fp32","display_name":"all-MiniLM-L6-v2 (fp32)",` +
 			`"description":"sentence-transformers all-MiniLM-L6-v2, a 6-layer MiniLM sentence encoder producing 384-dimensional embeddings, as Xenova's fp32 ONNX export.",` +
@@ -64,7 +64,7 @@ func TestAdminShapes(t *testing.T) {
 			`"license":"apache-2.0","homepage_url":"https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2",` +
 			`"source_repository":"https://huggingface.co/Xenova/all-MiniLM-L6-v2","is_installed":false,"is_active":false,"last_used_utc":null,"installed_on":[]},...],"object":"list"}`},
 		// The keys in order, and this node's part whole.
-		{http.MethodGet, "/dashboard/data", "", `{"client_errors_total":…,"engine":"local","errors_total":…,"generated_at_ms":N,"inflight":…,"latency":…,"latency_all":…,"mesh_series":…,` +
+		{http.MethodGet, "/dashboard/data", "", `{"client_errors_total":…,"engine":"local","errors_total":…,"generated_at_ms":N,"governance":…,"inflight":…,"latency":…,"latency_all":…,"live_sessions":…,"live_sessions_cap":…,"mesh_series":…,` +
 			`"models":[{"id":"onnx/tiny-bert/test-128","wire_id":"tiny-bert:test-128","task":"embeddings","warm":true}],"node_id":"shapes","peers":…,"raft":…,"reason":…,"requests_total":…,` +
 			`"series":…,"state":…,"uptime_seconds":N,"usage_by_worker":…,"version":"dev","workers":…}`},
 	} {

@@ -139,6 +139,14 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Int(&cfg.CanaryPercent, "canary-percent", "SERVICE_CANARY_PERCENT", cfg.CanaryPercent, "percent of callers a canary node receives")
 	f.Int(&cfg.ImageConcurrency, "image-concurrency", "SERVICE_IMAGE_CONCURRENCY", cfg.ImageConcurrency, "image jobs (generation, operations) run at once on this node")
 	f.Int(&cfg.ImageQueue, "image-queue", "SERVICE_IMAGE_QUEUE", cfg.ImageQueue, "image jobs that may wait for a turn; beyond them 503 with Retry-After")
+	wl := &cfg.Work
+	f.Int64(&wl.ImagePixels, "image-max-pixels", "SERVICE_IMAGE_MAX_PIXELS", wl.ImagePixels, "largest picture (width x height) an image request may ask for or send; larger: 400 before decoding or running")
+	f.Int64(&wl.ImageWork, "image-max-work", "SERVICE_IMAGE_MAX_WORK", wl.ImageWork, "most image work one request may ask, in megapixel-steps (pixels x steps x n, a megapixel 1024x1024); more: 400")
+	f.Int64(&wl.KeyImageWork, "image-key-work", "SERVICE_IMAGE_KEY_WORK", wl.KeyImageWork, "image work (megapixel-steps) one key may have admitted on this node at once; more: 429 (0: no share limit; the local operator has none)")
+	f.Int64(&wl.SpeechWork, "speech-max-work", "SERVICE_SPEECH_MAX_WORK", wl.SpeechWork, "most speech one request may ask, in characters divided by speed; more: 400")
+	f.Int64(&wl.KeySpeechWork, "speech-key-work", "SERVICE_SPEECH_KEY_WORK", wl.KeySpeechWork, "speech work (characters / speed) one key may have admitted on this node at once; more: 429 (0: no share limit)")
+	f.Int64(&wl.AudioSeconds, "audio-max-seconds", "SERVICE_AUDIO_MAX_SECONDS", wl.AudioSeconds, "longest audio one transcription may carry, seconds (at most 1800); longer: 413")
+	f.Int64(&wl.KeyAudioSeconds, "audio-key-seconds", "SERVICE_AUDIO_KEY_SECONDS", wl.KeyAudioSeconds, "seconds of audio one key may have admitted for transcription on this node at once; more: 429 (0: no share limit)")
 	l := &cfg.Limits
 	f.Int64(&l.KeyRPM, "rpm", "SERVICE_RPM", l.KeyRPM, "requests per minute for each API key that sets no rpm of its own (0: no limit)")
 	f.Int64(&l.ClientRPM, "client-rpm", "SERVICE_CLIENT_RPM", l.ClientRPM, "requests per minute per client address, IPv6 by /64 (0: no limit; the local operator is exempt)")

@@ -145,9 +145,16 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "timestamp_granularities", fmt.Sprintf("Model %s has no word timestamps.", id)))
 		return
 	}
-	samples, seconds, err := audiocodec.Decode(req.File, MaxAudioSeconds)
+	// Decoding stops at the node's per-request limit, so audio longer
+	// than it costs no more than the limit's worth of samples.
+	maxSeconds := s.work.lim.AudioSeconds
+	samples, seconds, err := audiocodec.Decode(req.File, float64(maxSeconds))
 	if errors.Is(err, audiocodec.ErrTooLong) {
-		apierr.Write(w, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "file", err.Error()))
+		msg := err.Error()
+		if strings.Contains(msg, "longer than") {
+			msg += fmt.Sprintf("; this node transcribes at most %d seconds per request (--audio-max-seconds, SERVICE_AUDIO_MAX_SECONDS)", maxSeconds)
+		}
+		apierr.Write(w, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "file", msg))
 		return
 	}
 	if err != nil {
@@ -158,6 +165,12 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 		apierr.Write(w, apierr.BadRequest(apierr.CodeInvalidValue, "file", "The audio has no samples."))
 		return
 	}
+	secs := int64(math.Ceil(seconds))
+	work, ok := s.admitWork(w, r, workAudio, "file", secs, fmt.Sprintf("%d s of audio", secs))
+	if !ok {
+		return
+	}
+	defer work()
 	treq := engine.TranscribeRequest{Samples: samples, Language: req.Language, Translate: translate,
 		Prompt: req.Prompt, Temperature: req.Temperature, WordTimestamps: req.Words}
 	var stream *sse

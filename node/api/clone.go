@@ -101,6 +101,11 @@ func (s *Server) audioClone(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	work, ok := s.admitSpeechWork(w, r, req.Input, req.Speed)
+	if !ok {
+		return
+	}
+	defer work()
 	eng, _, ok := s.taskEngine(w, r, engine.TaskVoiceCloning, req.Model)
 	if !ok {
 		return

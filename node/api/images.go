@@ -511,6 +511,29 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 		writeErr(w, err)
 		return
 	}
+	// The work the request asks is checked before it waits for a turn;
+	// an operation that keeps its picture's size is checked once the
+	// picture's header is read (imageJobWork below).
+	var asked imageAsk
+	if l.Width > 0 {
+		asked.w, asked.h = l.Width, l.Height
+	} else if l.Op == engine.OpGenerate {
+		fmt.Sscanf(p.Req.Size, "%dx%d", &asked.w, &asked.h)
+	}
+	steps := l.Steps
+	if steps == 0 {
+		steps = op.DefaultSteps()
+	}
+	if l.Op == engine.OpRemoveBackground || l.Op == engine.OpLayers {
+		steps = 1 // no denoising: a segmentation (and fills) per picture
+	}
+	if asked.w > 0 {
+		release, ok := s.admitImageWork(w, r, "size", asked.w, asked.h, steps, p.Req.N)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	if g, ok := s.opt.Backend.(ImageGater); ok && g.ImageGate() != nil {
 		release, err := g.ImageGate().Acquire(r.Context())
 		if err != nil {
@@ -534,7 +557,7 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 		if f.b64 == nil {
 			continue
 		}
-		img, release, err := s.decodeImage(r, *f.b64)
+		img, release, err := s.decodeImagePicture(r, f.name, *f.b64, 1)
 		if err != nil {
 			var ie *engine.InputError
 			if errors.As(err, &ie) {
@@ -548,6 +571,25 @@ func (s *Server) imagesLocal(w http.ResponseWriter, r *http.Request, p *parsedIm
 			img = openAIMask(img)
 		}
 		*f.dst = img
+	}
+	if asked.w == 0 && job.Image != nil {
+		// The result keeps the picture's size (outpainting adds its
+		// margins).
+		b := job.Image.Bounds()
+		ow, oh := b.Dx(), b.Dy()
+		if l.Op == engine.OpOutpaint {
+			pct := l.OutpaintPercent
+			if pct == 0 {
+				pct = engine.DefaultOutpaintPercent
+			}
+			ow += 2 * int(math.Round(float64(ow)*pct/100))
+			oh += 2 * int(math.Round(float64(oh)*pct/100))
+		}
+		release, ok := s.admitImageWork(w, r, "image", ow, oh, steps, p.Req.N)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	if l.Op == engine.OpLayers || l.Op == engine.OpRemoveBackground {
 		// The node's background remover, for pipelines without their own.
@@ -619,12 +661,18 @@ func (s *Server) removeBackgroundModel(w http.ResponseWriter, r *http.Request, p
 	if !ok {
 		return false
 	}
-	img, release, err := s.decodeImage(r, *p.Local.Image)
+	img, release, err := s.decodeImagePicture(r, "image", *p.Local.Image, 1)
 	if err != nil {
 		writeErr(w, err)
 		return true
 	}
 	defer release()
+	b := img.Bounds()
+	done, ok := s.admitImageWork(w, r, "image", b.Dx(), b.Dy(), 1, 1)
+	if !ok {
+		return true
+	}
+	defer done()
 	out, err := rm.RemoveBackground(r.Context(), img)
 	if err != nil {
 		writeErr(w, err)

@@ -293,6 +293,13 @@ type Options struct {
 	// ImageBudget bounds the memory decoded request images hold at once,
 	// in bytes (imagecodec.DefaultBudget when 0).
 	ImageBudget int64
+	// Work bounds the work one request may ask and one caller may have
+	// admitted at once (work.go; zero per-request fields take the
+	// defaults).
+	Work WorkLimits
+	// WorkCaller names the share a request's work counts against; nil
+	// gives no caller a share limit (only the per-request limits apply).
+	WorkCaller WorkCaller
 }
 
 // Server holds the router and its dependencies.
@@ -308,6 +315,7 @@ type Server struct {
 	sessions *sessionTable
 	images   *imagecodec.Budget
 	audio    *audioenc.Encoder
+	work     *workMeter
 }
 
 // New builds the API router.
@@ -321,6 +329,7 @@ func New(opt Options) *Server {
 	s.sessions = newSessionTable(opt.Sessions, opt.Registry)
 	s.images = imagecodec.NewBudget(opt.ImageBudget)
 	s.audio = audioenc.New()
+	s.work = newWorkMeter(opt.Work)
 	s.router = s.routes()
 	s.local = s.localRoutes()
 	return s

@@ -180,6 +180,11 @@ func (s *Server) audioSpeech(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	work, ok := s.admitSpeechWork(w, r, req.Input, req.Speed)
+	if !ok {
+		return
+	}
+	defer work()
 	eng, _, ok := s.taskEngine(w, r, engine.TaskTextToSpeech, req.Model)
 	if !ok {
 		return

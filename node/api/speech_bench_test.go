@@ -52,7 +52,7 @@ func (b *speechBackend) TaskEngine(_ context.Context, task engine.Task, id strin
 
 // kokoroBench loads the Kokoro model `make assets` installs and an API
 // server over it; it returns the engine, the server and the model file.
-func kokoroBench(b *testing.B) (*tts.Kokoro, *Server, string) {
+func kokoroBench(b testing.TB) (*tts.Kokoro, *Server, string) {
 	b.Helper()
 	dir := onnxtest.AssetDir(b, "kokoro", "kokoro-quantized.onnx", "tokenizer.json", "af_heart.bin")
 	spec := engine.Spec{ID: "onnx/kokoro/82m-q8", Task: engine.TaskTextToSpeech, Dir: dir,

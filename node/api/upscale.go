@@ -104,12 +104,22 @@ func (s *Server) imagesUpscale(w http.ResponseWriter, r *http.Request, req *upsc
 		}
 		defer done()
 	}
-	img, release, err := s.decodeImage(r, req.Image)
+	// The picture's header is checked before it is decoded: at most
+	// --image-max-pixels in, at most 4096 pixels per side out.
+	img, release, err := s.decodeImagePicture(r, "image", req.Image, req.Factor)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	defer release()
+	// Its work: the output pixels, at one step.
+	b := img.Bounds()
+	work, ok := s.admitWork(w, r, workImage, "image", imageWork(b.Dx()*req.Factor, b.Dy()*req.Factor, 1, 1),
+		fmt.Sprintf("%dx%d upscaled %dx", b.Dx(), b.Dy(), req.Factor))
+	if !ok {
+		return
+	}
+	defer work()
 	out, err := up.Upscale(r.Context(), img, req.Factor)
 	if err != nil {
 		writeErr(w, err)

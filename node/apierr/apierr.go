@@ -89,6 +89,12 @@ const (
 	CodeFreeDaily     = "free_plan_daily_limit_exceeded"
 	CodeFreeRate      = "free_plan_rate_limit_exceeded"
 	CodeFreeLocalOnly = "free_plan_local_only"
+	// CodeWorkLimit (400): the work a request asks (image megapixel-steps,
+	// speech characters, audio seconds) is more than the node serves per
+	// request. CodeWorkShare (429 with Retry-After): the caller's earlier
+	// requests hold its share of the node's work.
+	CodeWorkLimit = "work_limit_exceeded"
+	CodeWorkShare = "work_share_exceeded"
 )
 
 // Codes of a caller over its fair share of a node (429 rate_limit_error):

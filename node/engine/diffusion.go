@@ -131,6 +131,9 @@ type ImageOperator interface {
 	Supports(operation, controlType string, safetyCheck bool) error
 	// SizeMultiple is the multiple the output sides are rounded to.
 	SizeMultiple() int
+	// DefaultSteps is the number of denoising steps a job without Steps
+	// runs (the node estimates a request's work with it).
+	DefaultSteps() int
 	// RunImages runs job. Caller errors are InputErrors naming the field; a
 	// cancelled ctx stops between denoising steps (and inside a run) and
 	// returns ctx.Err().

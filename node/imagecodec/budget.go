@@ -103,6 +103,11 @@ func DecodeBudgeted(ctx context.Context, s string, opts Options, b *Budget) (img
 		pool = &b.pixels
 	}
 	img, pooled, err := decodeImageWith(data, opts.MaxPixels, func(w, h int) error {
+		if opts.Check != nil {
+			if err := opts.Check(w, h); err != nil {
+				return err
+			}
+		}
 		if b == nil {
 			return nil
 		}

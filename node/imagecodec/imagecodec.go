@@ -60,6 +60,11 @@ type Options struct {
 	// consumer decodes (when a Budget is given and the file needs no EXIF
 	// rotation); its decoding errors then come from Streamed.Decode.
 	Stream bool
+	// Check, when set, is called with the width and height read from the
+	// file header before any pixel is decoded (and before the budget is
+	// reserved); its error is returned as it is. It lets a caller refuse
+	// a picture larger than its own limits without decoding it.
+	Check func(width, height int) error
 }
 
 func (o Options) withDefaults() Options {

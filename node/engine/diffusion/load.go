@@ -479,6 +479,11 @@ func (e *Engine) ID() string { return e.id }
 // SizeMultiple is the multiple image sides are rounded to.
 func (e *Engine) SizeMultiple() int { return e.multiple }
 
+// DefaultSteps is the number of denoising steps a job without Steps runs
+// (the manifest's steps option, else the scheduler's default); the API
+// estimates a request's work with it.
+func (e *Engine) DefaultSteps() int { return e.steps }
+
 // Close waits for jobs in flight and releases every session.
 func (e *Engine) Close() error {
 	e.life.Lock()

@@ -39,8 +39,39 @@ const EspeakProgram = "espeak-ng"
 const zwj = "\u200d"
 
 // punctRunes are the characters cut out of the text before espeak-ng and
-// kept as they are (after mapping to the model's vocabulary).
-const punctRunes = ";:,.!?¡¿—…\"«»“”(){}[]"
+// kept (after mapping to the model's vocabulary), besides every clause
+// mark espeak-ng splits a line on (isClauseMark).
+const punctRunes = ";:,.!?¡¿—–…\"«»“”(){}[]"
+
+// isClauseMark reports whether espeak-ng ends a clause at r: every
+// Unicode terminal punctuation mark (. , : ; ! ? and the CJK, fullwidth,
+// Arabic, Devanagari, Ethiopic... forms: 。、！？．，：；｡､؟۔।…),
+// which espeak-ng splits on even without a space after it, and the
+// dashes. Fed to espeak-ng such a mark would split its answer into more
+// lines than it was given (see espeak), so they are all cut out first.
+func isClauseMark(r rune) bool {
+	return strings.ContainsRune(punctRunes, r) || unicode.Is(unicode.Terminal_Punctuation, r)
+}
+
+// asciiPunct maps the clause marks of other scripts to the ASCII mark the
+// models know (。→. 、→, ！→! ...); others are kept.
+var asciiPunct = strings.NewReplacer(
+	"。", ".", "．", ".", "｡", ".", "﹒", ".", "।", ".", "॥", ".", "۔", ".", "։", ".", "።", ".", "︒", ".",
+	"、", ",", "，", ",", "､", ",", "،", ",", "፣", ",", "﹐", ",", "︐", ",",
+	"！", "!", "‼", "!", "﹗", "!", "︕", "!",
+	"？", "?", "⁇", "?", "؟", "?", "﹖", "?", "︖", "?", "፧", "?",
+	"：", ":", "፥", ":", "；", ";", "؛", ";", "፤", ";", "–", "—",
+)
+
+// maxPunctRun is the most marks one punctuation piece keeps ("!!!!!!" is
+// said like "!!!"): a text of nothing but marks costs no more than its
+// words.
+const maxPunctRun = 3
+
+// maxLineRunes bounds one line given to espeak-ng: it splits a clause
+// longer than about 700 characters into several lines on its own, so
+// longer word runs are cut (at spaces where they have them) first.
+const maxLineRunes = 300
 
 // langFlag matches espeak-ng's language-switch marks such as "(en)".
 var langFlag = regexp.MustCompile(`\([a-z\x{200d}-]+\)`)
@@ -56,7 +87,7 @@ type piece struct {
 // and ':' between digits (3.5, 1,000, 3:45) belong to the number.
 func isPunct(rs []rune, i int) bool {
 	r := rs[i]
-	if !strings.ContainsRune(punctRunes, r) {
+	if !isClauseMark(r) {
 		return false
 	}
 	if (r == '.' || r == ',' || r == ':') && i > 0 && i+1 < len(rs) && unicode.IsDigit(rs[i-1]) && unicode.IsDigit(rs[i+1]) {
@@ -71,7 +102,10 @@ func isPunct(rs []rune, i int) bool {
 }
 
 // splitPieces cuts a sentence into word and punctuation pieces. Spaces
-// around punctuation go with the punctuation piece, collapsed to one.
+// around punctuation go with the punctuation piece, collapsed to one;
+// marks of other scripts become their ASCII form and a piece keeps at
+// most maxPunctRun marks. A word run longer than maxLineRunes becomes
+// several word pieces.
 func splitPieces(s string) []piece {
 	rs := []rune(s)
 	var out []piece
@@ -81,14 +115,16 @@ func splitPieces(s string) []piece {
 		if len(cur) == 0 {
 			return
 		}
-		t := string(cur)
 		if curPunct {
-			t = collapseSpaces(t)
+			if t := punctPiece(string(cur)); t != "" {
+				out = append(out, piece{Text: t, Punct: true})
+			}
 		} else {
-			t = strings.TrimSpace(t)
-		}
-		if t != "" {
-			out = append(out, piece{Text: t, Punct: curPunct})
+			for _, w := range splitRunes(cur, maxLineRunes) {
+				if t := strings.TrimSpace(string(w)); t != "" {
+					out = append(out, piece{Text: t})
+				}
+			}
 		}
 		cur = cur[:0]
 	}
@@ -120,6 +156,24 @@ func nextIsPunct(rs []rune, i int) bool {
 	return false
 }
 
+// punctPiece is the text of a punctuation piece: ASCII marks, spaces
+// collapsed, at most maxPunctRun marks (the first ones).
+func punctPiece(s string) string {
+	s = collapseSpaces(asciiPunct.Replace(s))
+	var b strings.Builder
+	marks := 0
+	for _, r := range s {
+		if r != ' ' {
+			if marks == maxPunctRun {
+				continue
+			}
+			marks++
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // collapseSpaces turns every run of white space into one space.
 func collapseSpaces(s string) string {
 	var b strings.Builder
@@ -138,11 +192,14 @@ func collapseSpaces(s string) string {
 	return b.String()
 }
 
-// splitSentences cuts text at sentence ends: '.', '!', '?' or '…' (with any
-// closing quotes or brackets) followed by white space, and at line breaks.
-// A period after a single letter or a short capitalised word ("Dr.",
-// "Mrs.", "U.S.") does not end a sentence, so espeak-ng sees the
-// abbreviation whole.
+// splitSentences cuts text at sentence ends and at line breaks. A
+// sentence ends after a sentence mark (isSentenceEnd: . ! ? … and the
+// other scripts' 。！？．｡؟۔।‼...) and any closing quotes, brackets or
+// further marks; an ASCII mark or '…' only when white space (or the end)
+// follows ("3.5", "e.g.x" do not end one), any other without. A period
+// after a single letter or a short capitalised word ("Dr.", "Mrs.",
+// "U.S.") does not end a sentence, so espeak-ng sees the abbreviation
+// whole.
 func splitSentences(text string) []string {
 	var out []string
 	for _, para := range strings.Split(text, "\n") {
@@ -150,14 +207,14 @@ func splitSentences(text string) []string {
 		start := 0
 		for i := 0; i < len(rs); i++ {
 			r := rs[i]
-			if r != '.' && r != '!' && r != '?' && r != '…' {
+			if !isSentenceEnd(r) {
 				continue
 			}
 			j := i + 1
-			for j < len(rs) && strings.ContainsRune(".!?…\"”»)]'", rs[j]) {
+			for j < len(rs) && (isSentenceEnd(rs[j]) || strings.ContainsRune("\"”»)]'」』）】", rs[j])) {
 				j++
 			}
-			if j < len(rs) && !unicode.IsSpace(rs[j]) {
+			if j < len(rs) && !unicode.IsSpace(rs[j]) && (r < utf8.RuneSelf || r == '…') {
 				continue
 			}
 			if r == '.' && isAbbreviation(rs[start:i]) {
@@ -174,6 +231,12 @@ func splitSentences(text string) []string {
 		}
 	}
 	return out
+}
+
+// isSentenceEnd reports whether r ends a sentence: '…' and every Unicode
+// sentence terminal.
+func isSentenceEnd(r rune) bool {
+	return r == '…' || unicode.Is(unicode.Sentence_Terminal, r)
 }
 
 // isAbbreviation reports whether the word at the end of rs looks like an
@@ -272,29 +335,44 @@ func runEspeak(parent context.Context, voice, in string) (string, error) {
 	return out.buf.String(), nil
 }
 
-// phonemizePieces runs espeak-ng on the word pieces and returns the
-// sentence as raw IPA with the punctuation pieces kept in place.
-func phonemizePieces(ctx context.Context, voice string, ps []piece) (string, error) {
+// phonemizeSentences runs espeak-ng once on the word pieces of all the
+// sentences (one line each) and returns each sentence as raw IPA with its
+// punctuation pieces kept in place: "" for a sentence without words,
+// which has nothing to say.
+func phonemizeSentences(ctx context.Context, voice string, sentences [][]piece) ([]string, error) {
 	var lines []string
-	for _, p := range ps {
-		if !p.Punct {
-			lines = append(lines, strings.ReplaceAll(p.Text, "\n", " "))
+	for _, ps := range sentences {
+		for _, p := range ps {
+			if !p.Punct {
+				lines = append(lines, strings.ReplaceAll(p.Text, "\n", " "))
+			}
 		}
 	}
 	ipa, err := espeak(ctx, voice, lines)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	var b strings.Builder
+	out := make([]string, len(sentences))
 	k := 0
-	for _, p := range ps {
-		if p.Punct {
-			b.WriteString(p.Text)
-			continue
+	for i, ps := range sentences {
+		var b strings.Builder
+		words, prevWord := false, false
+		for _, p := range ps {
+			if p.Punct {
+				b.WriteString(p.Text)
+				prevWord = false
+				continue
+			}
+			if prevWord {
+				b.WriteByte(' ') // a long word run cut in two
+			}
+			b.WriteString(strings.TrimSpace(langFlag.ReplaceAllString(ipa[k], "")))
+			k++
+			words, prevWord = true, true
 		}
-		s := langFlag.ReplaceAllString(ipa[k], "")
-		k++
-		b.WriteString(strings.TrimSpace(s))
+		if words {
+			out[i] = strings.TrimSpace(b.String())
+		}
 	}
-	return strings.TrimSpace(b.String()), nil
+	return out, nil
 }

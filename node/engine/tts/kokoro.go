@@ -297,30 +297,50 @@ func (k *Kokoro) synthesize(ctx context.Context, text string, style []float32, l
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := prepareAhead(ctx, splitSentences(text), func(ctx context.Context, s string) ([]unit, error) {
-		return k.sentenceUnits(ctx, s, lang)
+	ch := prepareAhead(ctx, splitSentences(text), func(ctx context.Context, ss []string) ([]unit, error) {
+		return k.chunkUnits(ctx, ss, lang)
 	})
 	return speak(ctx, ch, KokoroSampleRate, speed, func(ctx context.Context, u unit) ([]float32, error) {
 		return k.run(ctx, u.ids, style, speed)
 	}, emit)
 }
 
-// sentenceUnits phonemizes one sentence and cuts it into runs of at most
-// kokoroMaxPhonemes.
-func (k *Kokoro) sentenceUnits(ctx context.Context, s string, lang kokoroLang) ([]unit, error) {
-	ipa, err := phonemizePieces(ctx, lang.espeak, splitPieces(prenormalize(s, lang.english)))
+// phonemize returns the sentences as Kokoro phonemes, one espeak-ng
+// call for all; "" for a sentence without words.
+func (k *Kokoro) phonemize(ctx context.Context, sentences []string, lang kokoroLang) ([]string, error) {
+	pieces := make([][]piece, len(sentences))
+	for i, s := range sentences {
+		pieces[i] = splitPieces(prenormalize(s, lang.english))
+	}
+	ipas, err := phonemizeSentences(ctx, lang.espeak, pieces)
 	if err != nil {
 		return nil, err
 	}
-	ph := k.normalize(ipa, lang.english)
-	parts := splitRunes([]rune(ph), kokoroMaxPhonemes)
-	us := make([]unit, 0, len(parts))
-	for i, p := range parts {
-		ids := make([]int64, len(p))
-		for j, r := range p {
-			ids[j] = k.vocab[r]
+	for i, ipa := range ipas {
+		if ipa != "" {
+			ipas[i] = k.normalize(ipa, lang.english)
 		}
-		us = append(us, unit{ids: ids, sentenceEnd: i == len(parts)-1})
+	}
+	return ipas, nil
+}
+
+// chunkUnits phonemizes a chunk of sentences and cuts each into runs of
+// at most kokoroMaxPhonemes; a sentence without words has none.
+func (k *Kokoro) chunkUnits(ctx context.Context, sentences []string, lang kokoroLang) ([]unit, error) {
+	phs, err := k.phonemize(ctx, sentences, lang)
+	if err != nil {
+		return nil, err
+	}
+	var us []unit
+	for _, ph := range phs {
+		parts := splitRunes([]rune(ph), kokoroMaxPhonemes)
+		for i, p := range parts {
+			ids := make([]int64, len(p))
+			for j, r := range p {
+				ids[j] = k.vocab[r]
+			}
+			us = append(us, unit{ids: ids, sentenceEnd: i == len(parts)-1})
+		}
 	}
 	return us, nil
 }
@@ -333,13 +353,15 @@ func (k *Kokoro) Phonemes(ctx context.Context, text, voice string) (string, erro
 	if err != nil {
 		return "", err
 	}
+	phs, err := k.phonemize(ctx, splitSentences(text), lang)
+	if err != nil {
+		return "", err
+	}
 	var out []string
-	for _, s := range splitSentences(text) {
-		ipa, err := phonemizePieces(ctx, lang.espeak, splitPieces(prenormalize(s, lang.english)))
-		if err != nil {
-			return "", err
+	for _, ph := range phs {
+		if ph != "" {
+			out = append(out, ph)
 		}
-		out = append(out, k.normalize(ipa, lang.english))
 	}
 	return strings.Join(out, " "), nil
 }
@@ -353,8 +375,8 @@ func (k *Kokoro) RunInputs(ctx context.Context, text, voice string) (ids [][]int
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, s := range splitSentences(text) {
-		us, err := k.sentenceUnits(ctx, s, lang)
+	for _, chunk := range chunkSentences(splitSentences(text)) {
+		us, err := k.chunkUnits(ctx, chunk, lang)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -56,6 +56,7 @@ func TestKokoro(t *testing.T) {
 		{"Voices", testKokoroVoices}, {"Phonemes", testKokoroPhonemes}, {"BadInput", testKokoroBadInput},
 		{"Synthesize", testKokoroSynthesize}, {"StreamsBeforeLastSentence", testKokoroStreamsBeforeLastSentence},
 		{"OpenAIVoices", testKokoroOpenAIVoices},
+		{"MarksOnly", testKokoroMarksOnly},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, k) })
 	}

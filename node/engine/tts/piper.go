@@ -217,19 +217,36 @@ func (p *Piper) Synthesize(ctx context.Context, req engine.SpeechRequest, emit f
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	scales := []float32{p.cfg.Inference.NoiseScale, p.cfg.Inference.LengthScale / speed, p.cfg.Inference.NoiseW}
-	ch := prepareAhead(ctx, splitSentences(req.Text), p.sentenceUnits)
+	ch := prepareAhead(ctx, splitSentences(req.Text), p.chunkUnits)
 	return speak(ctx, ch, p.cfg.Audio.SampleRate, speed, func(ctx context.Context, u unit) ([]float32, error) {
 		return p.run(ctx, u.ids, scales, sid)
 	}, emit)
 }
 
-// sentenceUnits phonemizes a sentence and maps it to ids with the BOS,
-// PAD and EOS conventions.
-func (p *Piper) sentenceUnits(ctx context.Context, s string) ([]unit, error) {
-	ipa, err := phonemizePieces(ctx, p.cfg.Espeak.Voice, splitPieces(s))
+// chunkUnits phonemizes a chunk of sentences (one espeak-ng call) and
+// maps each to ids with the BOS, PAD and EOS conventions; a sentence
+// without words has none.
+func (p *Piper) chunkUnits(ctx context.Context, sentences []string) ([]unit, error) {
+	pieces := make([][]piece, len(sentences))
+	for i, s := range sentences {
+		pieces[i] = splitPieces(s)
+	}
+	ipas, err := phonemizeSentences(ctx, p.cfg.Espeak.Voice, pieces)
 	if err != nil {
 		return nil, err
 	}
+	var us []unit
+	for _, ipa := range ipas {
+		if ipa != "" {
+			us = append(us, p.sentenceUnits(ipa)...)
+		}
+	}
+	return us, nil
+}
+
+// sentenceUnits maps one sentence's IPA to ids with the BOS, PAD and EOS
+// conventions, in runs of at most piperMaxPhonemes.
+func (p *Piper) sentenceUnits(ipa string) []unit {
 	ipa = strings.ReplaceAll(ipa, zwj, "")
 	parts := splitRunes([]rune(collapseSpaces(ipa)), piperMaxPhonemes)
 	m := p.cfg.PhonemeIDMap
@@ -248,7 +265,7 @@ func (p *Piper) sentenceUnits(ctx context.Context, s string) ([]unit, error) {
 		ids = append(ids, m[piperEOS]...)
 		us = append(us, unit{ids: ids, sentenceEnd: i == len(parts)-1})
 	}
-	return us, nil
+	return us
 }
 
 // run makes one model call.

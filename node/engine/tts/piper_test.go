@@ -34,7 +34,7 @@ func TestPiper(t *testing.T) {
 		t.Fatalf("voices %+v", vs)
 	}
 	text := "Hello world, this is a test."
-	units, err := p.sentenceUnits(context.Background(), text)
+	units, err := p.chunkUnits(context.Background(), []string{text})
 	if err != nil || len(units) != 1 {
 		t.Fatalf("units %v %v", units, err)
 	}

@@ -54,15 +54,43 @@ type unitOrErr struct {
 	err error
 }
 
-// prepareAhead runs prep on each sentence in a goroutine, one sentence ahead
-// of the consumer, so espeak-ng works while the model runs. The channel
-// closes after the last unit or after an error; cancelling ctx stops it.
-func prepareAhead(ctx context.Context, sentences []string, prep func(context.Context, string) ([]unit, error)) <-chan unitOrErr {
+// chunkRunes bounds the text of the sentences phonemized by one
+// espeak-ng process (see chunkSentences).
+const chunkRunes = 2000
+
+// chunkSentences groups sentences for one espeak-ng process each: the
+// first sentence alone, so the first audio waits for no more, then as
+// many as fit in chunkRunes runes (a longer sentence alone). Spawning
+// espeak-ng costs more than phonemizing a sentence, so a text of many
+// short sentences costs a few processes, not one per sentence.
+func chunkSentences(sentences []string) [][]string {
+	var out [][]string
+	for i := 0; i < len(sentences); {
+		j, n := i+1, utf8.RuneCountInString(sentences[i])
+		for i > 0 && j < len(sentences) {
+			m := utf8.RuneCountInString(sentences[j])
+			if n+m > chunkRunes {
+				break
+			}
+			n += m
+			j++
+		}
+		out = append(out, sentences[i:j])
+		i = j
+	}
+	return out
+}
+
+// prepareAhead runs prep on each chunk of sentences (chunkSentences) in a
+// goroutine, one chunk ahead of the consumer, so espeak-ng works while
+// the model runs. The channel closes after the last unit or after an
+// error; cancelling ctx stops it.
+func prepareAhead(ctx context.Context, sentences []string, prep func(context.Context, []string) ([]unit, error)) <-chan unitOrErr {
 	ch := make(chan unitOrErr, 2)
 	go func() {
 		defer close(ch)
-		for _, s := range sentences {
-			us, err := prep(ctx, s)
+		for _, chunk := range chunkSentences(sentences) {
+			us, err := prep(ctx, chunk)
 			if err != nil {
 				select {
 				case ch <- unitOrErr{err: err}:
@@ -82,16 +110,21 @@ func prepareAhead(ctx context.Context, sentences []string, prep func(context.Con
 	return ch
 }
 
+// errNothingToSay is the answer to a text without a word (only marks).
+var errNothingToSay = &engine.InputError{Param: "input", Msg: "input has no words to speak"}
+
 // speak synthesizes the units from ch in order and emits each chunk with
 // faded edges, sentence gaps before all but the first.
 func speak(ctx context.Context, ch <-chan unitOrErr, rate int, speed float32, synth func(context.Context, unit) ([]float32, error), emit func([]float32) error) error {
 	fade := int(fadeSeconds * float64(rate))
 	gap := int(sentenceGap * float64(rate) / float64(speed))
 	first, afterSentence := true, false
+	units := 0
 	for ue := range ch {
 		if ue.err != nil {
 			return ue.err
 		}
+		units++
 		pcm, err := synth(ctx, ue.u)
 		if err != nil {
 			return err
@@ -108,7 +141,13 @@ func speak(ctx context.Context, ch <-chan unitOrErr, rate int, speed float32, sy
 			return err
 		}
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if units == 0 {
+		return errNothingToSay
+	}
+	return nil
 }
 
 // fadeEdges ramps the first and last n samples in and out (raised cosine).
