@@ -23,8 +23,8 @@ install: build
 deps:
 	scripts/deps.sh
 
-# Fetch the ONNX Runtime library and ISNet by npm package name, generate the
-# small test models, all into $(CACHE).
+# Fetch the ONNX Runtime library, llama.cpp's libraries and ISNet by npm
+# package name, generate the small test models, all into $(CACHE).
 assets: deps
 	scripts/assets.sh
 	scripts/assets-vision.sh
@@ -32,6 +32,7 @@ assets: deps
 	scripts/assets-tts.sh
 	scripts/assets-upscale.sh
 	scripts/assets-ref.sh
+	scripts/assets-llama.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 	/usr/bin/python3 testdata/models/gen_tiny_sd.py $(CACHE)/models
