@@ -36,6 +36,7 @@ assets: deps
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 	/usr/bin/python3 testdata/models/gen_tiny_sd.py $(CACHE)/models
+	/usr/bin/python3 testdata/models/gen_tiny_gguf.py $(CACHE)/models/tiny-gguf
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
 # models installed into ./data; RUN_FLAGS adds serve flags
