@@ -80,6 +80,7 @@ fuzz:
 	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
 	$(FUZZ) 3000x -fuzz '^FuzzPixelKernels$$' ./node/engine/vision
 	$(FUZZ) 20000x -fuzz '^FuzzWholeEnvelopes$$' ./mesh/forward
+	$(FUZZ) 20000x -fuzz '^FuzzRead$$' ./node/engine/gguf
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...
