@@ -36,7 +36,9 @@ func loadTiny(tb testing.TB, opts map[string]string) *chatEngine {
 	return e
 }
 
-func user(s string) []engine.ChatMessage { return []engine.ChatMessage{{Role: engine.RoleUser, Content: s}} }
+func user(s string) []engine.ChatMessage {
+	return []engine.ChatMessage{{Role: engine.RoleUser, Content: s}}
+}
 
 func greedy() *float64 { z := 0.0; return &z }
 
