@@ -23,8 +23,8 @@ install: build
 deps:
 	scripts/deps.sh
 
-# Fetch the ONNX Runtime library and ISNet by npm package name, generate the
-# small test models, all into $(CACHE).
+# Fetch the ONNX Runtime library, llama.cpp's libraries and ISNet by npm
+# package name, generate the small test models, all into $(CACHE).
 assets: deps
 	scripts/assets.sh
 	scripts/assets-vision.sh
@@ -32,9 +32,11 @@ assets: deps
 	scripts/assets-tts.sh
 	scripts/assets-upscale.sh
 	scripts/assets-ref.sh
+	scripts/assets-llama.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
 	/usr/bin/python3 testdata/models/gen_tiny_llama.py $(CACHE)/models/tiny-llama
 	/usr/bin/python3 testdata/models/gen_tiny_sd.py $(CACHE)/models
+	/usr/bin/python3 testdata/models/gen_tiny_gguf.py $(CACHE)/models/tiny-gguf
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
 # models installed into ./data; RUN_FLAGS adds serve flags
@@ -79,6 +81,7 @@ fuzz:
 	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
 	$(FUZZ) 3000x -fuzz '^FuzzPixelKernels$$' ./node/engine/vision
 	$(FUZZ) 20000x -fuzz '^FuzzWholeEnvelopes$$' ./mesh/forward
+	$(FUZZ) 20000x -fuzz '^FuzzRead$$' ./node/engine/gguf
 
 bench: assets
 	go test -run '^$$' -bench . -count 1 -timeout 30m ./...

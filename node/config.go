@@ -41,6 +41,16 @@ type Config struct {
 	Dashboard bool
 	// ORTLibrary is the path of libonnxruntime.so.
 	ORTLibrary string
+	// LlamaDir is the folder of llama.cpp's shared libraries (libllama,
+	// libggml, libggml-base, libggml-cpu-*), for GGUF models.
+	LlamaDir string
+	// LlamaThreads is the number of compute threads of each GGUF model
+	// (0: one per CPU).
+	LlamaThreads int
+	// LlamaPoll is how busily llama.cpp's idle compute threads wait for
+	// the next step, 0-100 (0: they sleep at once; llama.cpp's own
+	// default, 50, spins first). A model's poll option overrides it.
+	LlamaPoll int
 	// IntraOpThreads bounds threads per ONNX Runtime session run: 0 picks
 	// per pipeline (embeddings one thread per run, one run per core;
 	// others ONNX Runtime's pool), -1 ONNX Runtime's pool everywhere.
@@ -198,6 +208,7 @@ func Defaults() Config {
 		DataDir:       "data",
 		Dashboard:     true,
 		ORTLibrary:    filepath.Join(home, ".cache", "infermesh", "ort", "1.30.0", "libonnxruntime.so"),
+		LlamaDir:      filepath.Join(home, ".cache", "infermesh", "llama", "3.21.1"),
 		BatchMax:      32,
 		MemoryArena:   "5m",
 		BatchWait:     2 * time.Millisecond,
@@ -261,6 +272,12 @@ func (c *Config) Validate() error {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
 			errs = append(errs, fmt.Errorf("cors origin %q: want http(s)://host[:port] or *", o))
 		}
+	}
+	if c.LlamaThreads < 0 || c.LlamaThreads > 512 {
+		errs = append(errs, fmt.Errorf("llama threads %d: want 0 (one per CPU) or 1..512", c.LlamaThreads))
+	}
+	if c.LlamaPoll < 0 || c.LlamaPoll > 100 {
+		errs = append(errs, fmt.Errorf("llama poll %d: want 0..100", c.LlamaPoll))
 	}
 	if c.IntraOpThreads < -1 || c.IntraOpThreads > 256 {
 		errs = append(errs, fmt.Errorf("intra-op threads %d: want -1 (ONNX Runtime's pool), 0 (auto) or 1..256", c.IntraOpThreads))

@@ -15,6 +15,7 @@ import (
 	"github.com/infermesh/infermesh/node/api"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/diffusion"
+	"github.com/infermesh/infermesh/node/engine/llama"
 	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/engine/tts"
 	"github.com/infermesh/infermesh/node/engine/upscale"
@@ -39,6 +40,7 @@ type engines struct {
 
 	mu     sync.RWMutex
 	rt     *onnx.Runtime
+	llama  *llama.Runtime
 	loaded map[string]engine.Engine
 	// used is when each model last served a request on this node.
 	used map[string]time.Time
@@ -82,6 +84,22 @@ func (e *engines) runtime() (*onnx.Runtime, error) {
 		return nil, err
 	}
 	e.rt = rt
+	return rt, nil
+}
+
+// llamaRuntime returns the node's llama.cpp runtime for GGUF models,
+// loading the library on first use.
+func (e *engines) llamaRuntime() (*llama.Runtime, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.llama != nil {
+		return e.llama, nil
+	}
+	rt, err := llama.NewRuntime(e.cfg.LlamaDir, llama.Config{Threads: e.cfg.LlamaThreads, Poll: e.cfg.LlamaPoll})
+	if err != nil {
+		return nil, fmt.Errorf("%w (run `make assets` or set SERVICE_LLAMA_DIR)", err)
+	}
+	e.llama = rt
 	return rt, nil
 }
 
@@ -195,6 +213,17 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 			default:
 				err = fmt.Errorf("the onnx runtime has no pipeline for task %q", spec.Task)
 			}
+		case "gguf":
+			var rt *llama.Runtime
+			if rt, err = e.llamaRuntime(); err != nil {
+				return nil, err
+			}
+			switch spec.Task {
+			case engine.TaskChat:
+				eng, err = rt.LoadChat(spec)
+			default:
+				err = fmt.Errorf("the gguf runtime has no pipeline for task %q", spec.Task)
+			}
 		default:
 			err = fmt.Errorf("runtime %q is not available on this node", m.Runtime())
 		}
@@ -257,5 +286,9 @@ func (e *engines) close() {
 	if e.rt != nil {
 		e.rt.Close()
 		e.rt = nil
+	}
+	if e.llama != nil {
+		e.llama.Close()
+		e.llama = nil
 	}
 }

@@ -54,7 +54,7 @@ var (
 )
 
 // Runtimes lists the runtime names a canonical id may start with.
-var runtimes = map[string]bool{"onnx": true, "upstream": true}
+var runtimes = map[string]bool{"onnx": true, "gguf": true, "upstream": true}
 
 // WireID returns the short id <name>:<tag>.
 func (m *Manifest) WireID() string { return m.Name + ":" + m.Tag }

@@ -118,10 +118,15 @@ func (s *Store) List() []*Manifest {
 }
 
 // Import installs the model folder src (which holds manifest.json and the
-// files it names). Files are copied into a temporary folder inside the store,
+// files it names), or a bare .gguf file (its manifest made from the file's
+// metadata). Files are copied into a temporary folder inside the store,
 // hashed, and the folder is renamed into place, so a failed import leaves
 // nothing installed. Importing an id that is already installed replaces it.
+// A GGUF model file is checked (CheckGGUF) before anything is copied.
 func (s *Store) Import(src string) (*Manifest, error) {
+	if st, err := os.Stat(src); err == nil && st.Mode().IsRegular() && strings.EqualFold(filepath.Ext(src), ".gguf") {
+		return s.importGGUF(src)
+	}
 	b, err := os.ReadFile(filepath.Join(src, "manifest.json"))
 	if err != nil {
 		return nil, fmt.Errorf("import %s: %w", src, err)
@@ -133,6 +138,11 @@ func (s *Store) Import(src string) (*Manifest, error) {
 	if _, err := s.Get(m.WireID()); err == nil {
 		if cur, _ := s.Get(m.WireID()); cur.ID != m.ID {
 			return nil, fmt.Errorf("import %s: wire id %s is already used by %s", src, m.WireID(), cur.ID)
+		}
+	}
+	if m.Runtime() == "gguf" {
+		if _, err := CheckGGUF(filepath.Join(src, m.Files["model"])); err != nil {
+			return nil, fmt.Errorf("import %s: %w", src, err)
 		}
 	}
 	tmp, err := os.MkdirTemp(s.dir, ".import-")

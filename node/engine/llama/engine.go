@@ -1,0 +1,255 @@
+package llama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/chat"
+	"github.com/infermesh/infermesh/node/engine/gguf"
+)
+
+// Engine defaults.
+const (
+	defaultContext      = 2048
+	defaultMaxOut       = 1024
+	defaultMaxBatch     = 8
+	defaultQueuePerSlot = 4
+	defaultPrefillChunk = 256
+	// defaultPoll lets llama.cpp's idle compute threads sleep at once
+	// between decode steps instead of spinning (its default is 50): see
+	// DESIGN.md, "Threads".
+	defaultPoll = 0
+)
+
+// errEngineClosed fails requests of an engine being closed.
+var errEngineClosed = errors.New("llama: engine is closed")
+
+// Config is the node's setting of the GGUF runtime.
+type Config struct {
+	// Threads is the number of compute threads of each model's context
+	// (0: one per CPU).
+	Threads int
+	// Poll is how busily idle compute threads wait for the next step,
+	// 0-100 (ggml's poll level; 0: sleep at once, llama.cpp's own default
+	// is 50). Models may override it with the option "poll".
+	Poll int
+}
+
+// Runtime serves GGUF models on one loaded llama.cpp library.
+type Runtime struct {
+	lib *Lib
+	cfg Config
+}
+
+// NewRuntime opens the library in dir (see Open) for the node.
+func NewRuntime(dir string, cfg Config) (*Runtime, error) {
+	if cfg.Threads < 0 || cfg.Poll < 0 || cfg.Poll > 100 {
+		return nil, fmt.Errorf("llama: bad config %+v", cfg)
+	}
+	lib, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{lib: lib, cfg: cfg}, nil
+}
+
+// Lib is the runtime's library.
+func (r *Runtime) Lib() *Lib { return r.lib }
+
+// Close releases the runtime; its engines must be closed first.
+func (r *Runtime) Close() { r.lib.Close() }
+
+// intOption reads an integer model option in [lo, hi] (def when unset).
+func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
+	s, ok := options[key]
+	if !ok || s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("option %s=%q: want an integer in [%d, %d]", key, s, lo, hi)
+	}
+	return v, nil
+}
+
+// threads resolves the model's thread count and poll level.
+func (r *Runtime) threads(opts map[string]string) (threads, poll int, err error) {
+	def := r.cfg.Threads
+	if def == 0 {
+		def = runtime.NumCPU()
+	}
+	if threads, err = intOption(opts, "threads", def, 1, 512); err != nil {
+		return 0, 0, err
+	}
+	poll, err = intOption(opts, "poll", r.cfg.Poll, 0, 100)
+	return threads, poll, err
+}
+
+// chatEngine serves one GGUF chat model: the project's tokenizer, template
+// and generation loop (package chat) over llama.cpp's logits, one context
+// per model driven by a continuous-batching scheduler.
+type chatEngine struct {
+	id    string
+	model *chat.Model
+	lm    *Model
+	sched *scheduler
+}
+
+// LoadChat builds a chat engine from spec: Files["model"] is a GGUF file
+// whose metadata carries the tokenizer (byte-level BPE) and normally the
+// chat template (else ChatML or Llama 3 is chosen from the vocabulary).
+// Options: context_window (default 2048, at most the model's training
+// context), max_output (default 1024), max_batch (sequences decoding
+// together, default 8), max_queue (default 4 × max_batch), prefill_chunk
+// (prompt tokens per step, default 256), threads and poll (Config).
+// The engine returned is an engine.BatchingChatter.
+func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
+	e, err := r.loadChat(spec)
+	if err != nil {
+		return nil, fmt.Errorf("gguf: %s: %w", spec.ID, err)
+	}
+	return e, nil
+}
+
+func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
+	if spec.Task != engine.TaskChat {
+		return nil, fmt.Errorf("task %q is not chat", spec.Task)
+	}
+	if spec.Files["model"] == "" {
+		return nil, errors.New(`spec needs file "model" (the .gguf)`)
+	}
+	path := filepath.Join(spec.Dir, spec.Files["model"])
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Check(); err != nil {
+		return nil, err
+	}
+	tok, info, err := f.Tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	var fallback chat.Format
+	if _, ok := tok.TokenToID("<|im_start|>"); ok {
+		fallback = chat.FormatChatML
+	} else if _, ok := tok.TokenToID("<|start_header_id|>"); ok {
+		fallback = chat.FormatLlama3
+	}
+	tpl, err := chat.NewTemplate(chat.TokenizerConfig{ChatTemplate: info.ChatTemplate, BOSToken: info.BOS, EOSToken: info.EOS}, fallback)
+	if err != nil {
+		return nil, err
+	}
+	maxCtx := chat.MaxContextTokens
+	if n, ok := f.Int(f.Architecture() + ".context_length"); ok && n > 1 && n < int64(maxCtx) {
+		maxCtx = int(n)
+	}
+	ctxWin, err := intOption(spec.Options, "context_window", min(defaultContext, maxCtx), 2, maxCtx)
+	if err != nil {
+		return nil, err
+	}
+	maxOut, err := intOption(spec.Options, "max_output", min(defaultMaxOut, ctxWin), 1, min(ctxWin, chat.MaxOutputTokensLimit))
+	if err != nil {
+		return nil, err
+	}
+	m, err := chat.NewModel(tok, tpl, info.EndIDs, ctxWin, maxOut)
+	if err != nil {
+		return nil, err
+	}
+	maxBatch, err := intOption(spec.Options, "max_batch", defaultMaxBatch, 1, 64)
+	if err != nil {
+		return nil, err
+	}
+	maxQueue, err := intOption(spec.Options, "max_queue", defaultQueuePerSlot*maxBatch, 0, 1<<16)
+	if err != nil {
+		return nil, err
+	}
+	chunk, err := intOption(spec.Options, "prefill_chunk", defaultPrefillChunk, 1, 8192)
+	if err != nil {
+		return nil, err
+	}
+	threads, poll, err := r.threads(spec.Options)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := r.lib.LoadModel(path)
+	if err != nil {
+		return nil, err
+	}
+	if lm.VocabSize() < tok.VocabSize() {
+		lm.Free()
+		return nil, fmt.Errorf("llama.cpp reads %d tokens, the metadata %d", lm.VocabSize(), tok.VocabSize())
+	}
+	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch * ctxWin, Sequences: maxBatch, Batch: chunk + maxBatch,
+		Threads: threads, Poll: poll})
+	if err != nil {
+		lm.Free()
+		return nil, err
+	}
+	e := &chatEngine{id: spec.ID, model: m, lm: lm}
+	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk})
+	return e, nil
+}
+
+// ID returns the model id.
+func (e *chatEngine) ID() string { return e.id }
+
+// ContextWindow is the most tokens prompt plus completion may take.
+func (e *chatEngine) ContextWindow() int { return e.model.ContextWindow }
+
+// MaxOutputTokens is the default and largest completion.
+func (e *chatEngine) MaxOutputTokens() int { return e.model.MaxOutput }
+
+// BatchStats returns the scheduler's counters.
+func (e *chatEngine) BatchStats() engine.BatchStats { return e.sched.stats() }
+
+// PrefixStats returns the prefix cache's counters (none yet: zero).
+func (e *chatEngine) PrefixStats() engine.PrefixStats { return engine.PrefixStats{} }
+
+// Close stops the scheduler (running requests fail with errEngineClosed)
+// and frees the context and the model.
+func (e *chatEngine) Close() error {
+	if e.sched.close() {
+		e.lm.Free()
+	}
+	return nil
+}
+
+// Chat validates and renders the request, waits for a sequence of the
+// batch (or fails with engine.BusyError when the queue is full) and runs
+// the generation loop, whose Forward calls the scheduler serves.
+func (e *chatEngine) Chat(ctx context.Context, req engine.ChatRequest, onDelta func(engine.ChatDelta) error) (engine.ChatResponse, error) {
+	plan, err := e.model.Prepare(req)
+	if err != nil {
+		return engine.ChatResponse{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return engine.ChatResponse{}, err
+	}
+	q, err := e.sched.admit(ctx, len(plan.Prompt)+plan.MaxTokens)
+	if err != nil {
+		return engine.ChatResponse{}, err
+	}
+	defer q.close()
+	var p *chat.DeltaPump
+	send := onDelta
+	if onDelta != nil {
+		p = chat.NewDeltaPump(onDelta)
+		send = p.Send
+	}
+	resp, err := e.model.Generate(ctx, plan, q, send)
+	if p != nil {
+		if perr := p.Finish(); err == nil {
+			err = perr
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return resp, ctx.Err()
+	}
+	return resp, err
+}
