@@ -169,15 +169,21 @@ func (m *Mesh) Peer(id string) (route.Peer, bool) {
 
 // Serving returns the members that can take a request for model now
 // (routable, model installed), each with its load, sorted by id. Peers
-// without room are included; see route.Peer.HasRoom.
+// without room are included; see route.Peer.HasRoom. The list is prepared
+// when gossip changes the table, not per call, so its cost does not grow
+// with the number of members; it is a shared snapshot: do not modify it.
+// The empty model is served by every routable member.
 func (m *Mesh) Serving(model string) []route.Peer {
-	var out []route.Peer
-	for _, p := range m.table.snapshot() {
-		if p.Routable() && p.Has(model) {
-			out = append(out, p)
+	if model == "" {
+		var out []route.Peer
+		for _, p := range m.table.snapshot() {
+			if p.Routable() {
+				out = append(out, p)
+			}
 		}
+		return out
 	}
-	return out
+	return m.table.serving(model)
 }
 
 // Eject takes a peer out of routing at once, typically because a connection

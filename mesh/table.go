@@ -48,7 +48,16 @@ type table struct {
 	tombs   map[string]version // last version seen when a node went away
 	members atomic.Int64
 
-	snap atomic.Pointer[[]route.Peer]
+	snap atomic.Pointer[snapshot]
+}
+
+// snapshot is one immutable state of the table for readers: every member's
+// view sorted by id, and per model the routable members that hold it (also
+// sorted by id), so routing a request reads only the peers that could
+// serve it instead of scanning every member.
+type snapshot struct {
+	peers   []route.Peer
+	serving map[string][]route.Peer
 }
 
 func newTable(self string, clock func() time.Time, hold time.Duration) *table {
@@ -69,7 +78,13 @@ type change struct {
 // snapshot returns the current peer views (members only), sorted by id.
 // The slice is shared; callers must not modify it.
 func (t *table) snapshot() []route.Peer {
-	return *t.snap.Load()
+	return t.snap.Load().peers
+}
+
+// serving returns the routable members holding model, sorted by id, from
+// the current snapshot. The slice is shared; callers must not modify it.
+func (t *table) serving(model string) []route.Peer {
+	return t.snap.Load().serving[model]
 }
 
 func (t *table) get(id string) *entry {
@@ -100,7 +115,7 @@ func (t *table) updateMeta(id Identity, gossipAddr string) route.Peer {
 	defer t.mu.Unlock()
 	e := t.get(id.NodeID)
 	e.id, e.gossipAddr = id, gossipAddr
-	t.rebuild()
+	t.update(e)
 	return t.peerLocked(e)
 }
 
@@ -158,7 +173,7 @@ func (t *table) merge(r *meshv1.NodeRecord) change {
 		e.ejected = false
 		ch.restored, ch.significant = true, true
 	}
-	t.rebuild()
+	t.update(e)
 	ch.view = t.peerLocked(e)
 	return ch
 }
@@ -176,7 +191,7 @@ func (t *table) eject(id string) (route.Peer, bool) {
 	if e.record != nil {
 		e.ejectedAt = recordVersion(e.record)
 	}
-	t.rebuild()
+	t.update(e)
 	return t.peerLocked(e), true
 }
 
@@ -216,7 +231,8 @@ func (t *table) records() []*meshv1.NodeRecord {
 	return out
 }
 
-// rebuild publishes a new snapshot of member views. Callers hold mu.
+// rebuild publishes a new snapshot of member views, for changes of
+// membership. Callers hold mu.
 func (t *table) rebuild() {
 	out := make([]route.Peer, 0, len(t.nodes))
 	for _, e := range t.nodes {
@@ -224,8 +240,72 @@ func (t *table) rebuild() {
 			out = append(out, t.peerLocked(e))
 		}
 	}
-	slices.SortFunc(out, func(a, b route.Peer) int { return strings.Compare(a.ID, b.ID) })
-	t.snap.Store(&out)
+	slices.SortFunc(out, comparePeers)
+	serving := map[string][]route.Peer{}
+	for _, p := range out {
+		if p.Routable() {
+			for m := range p.Models {
+				serving[m] = append(serving[m], p)
+			}
+		}
+	}
+	t.snap.Store(&snapshot{peers: out, serving: serving})
+}
+
+func comparePeers(a, b route.Peer) int { return strings.Compare(a.ID, b.ID) }
+
+// update publishes a new snapshot after the view of one member changed
+// (a record or an ejection), without re-sorting: the member list is copied
+// with that one view replaced, and only the candidate lists of the models
+// the member held or holds are rebuilt. A record is merged on every load
+// change of every node, so this runs far more often than rebuild. A node
+// that is not (yet) in the snapshot takes the full rebuild. Callers hold
+// mu.
+func (t *table) update(e *entry) {
+	old := t.snap.Load()
+	i, found := slices.BinarySearchFunc(old.peers, e.id.NodeID, func(p route.Peer, id string) int { return strings.Compare(p.ID, id) })
+	if !e.member || !found {
+		if e.member || found {
+			t.rebuild()
+		}
+		return
+	}
+	prev := &old.peers[i]
+	p := t.peerLocked(e)
+	peers := slices.Clone(old.peers)
+	peers[i] = p
+	serving := make(map[string][]route.Peer, len(old.serving)+len(p.Models))
+	for m, list := range old.serving {
+		serving[m] = list
+	}
+	touch := func(m string) {
+		list := old.serving[m]
+		j, in := slices.BinarySearchFunc(list, p.ID, func(q route.Peer, id string) int { return strings.Compare(q.ID, id) })
+		keep := p.Routable() && p.Has(m)
+		switch {
+		case in && keep:
+			list = slices.Clone(list)
+			list[j] = p
+		case in:
+			list = slices.Delete(slices.Clone(list), j, j+1)
+		case keep:
+			list = slices.Insert(slices.Clone(list), j, p)
+		}
+		if len(list) == 0 {
+			delete(serving, m)
+		} else {
+			serving[m] = list
+		}
+	}
+	for m := range prev.Models {
+		touch(m)
+	}
+	for m := range p.Models {
+		if _, done := prev.Models[m]; !done {
+			touch(m)
+		}
+	}
+	t.snap.Store(&snapshot{peers: peers, serving: serving})
 }
 
 func (t *table) peerLocked(e *entry) route.Peer {
