@@ -81,6 +81,10 @@ type Config struct {
 	// LatencyAlpha is the weight of a new observation in the per-model
 	// latency moving average, in (0, 1]. Default 0.2.
 	LatencyAlpha float64
+
+	// transport replaces memberlist's network transport (an in-memory one
+	// in the scale simulation); nil binds BindAddr.
+	transport memberlist.NodeAwareTransport
 }
 
 // Timers are memberlist's failure-detection and gossip settings.
@@ -268,20 +272,6 @@ func (c Config) memberlistConfig() (*memberlist.Config, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	// Last, so no error can follow the bind.
-	if c.Tap != nil {
-		tr, err := newTapTransport(mc.BindAddr, mc.BindPort, c.Tap)
-		if err != nil {
-			return nil, err
-		}
-		if mc.BindPort == 0 {
-			if mc.AdvertisePort == 0 {
-				mc.AdvertisePort = tr.GetAutoBindPort()
-			}
-			mc.BindPort = tr.GetAutoBindPort()
-		}
-		mc.Transport = tr
-	}
 	return mc, nil
 }
 
@@ -302,4 +292,27 @@ func splitHostPort(addr string, def int) (string, int, error) {
 		host = "0.0.0.0"
 	}
 	return host, port, nil
+}
+
+// attachTransport gives mc its transport: memberlist's network transport
+// bound on mc's address (or c.transport, in simulations), wrapped so that
+// every byte is counted (Mesh.GossipBytes) and tapped (Config.Tap). Call
+// it last: nothing that can fail should follow the bind.
+func (c Config) attachTransport(mc *memberlist.Config, bytes *gossipBytes) error {
+	var inner memberlist.NodeAwareTransport = c.transport
+	if inner == nil {
+		nt, err := newNetTransport(mc.BindAddr, mc.BindPort)
+		if err != nil {
+			return err
+		}
+		if mc.BindPort == 0 {
+			if mc.AdvertisePort == 0 {
+				mc.AdvertisePort = nt.GetAutoBindPort()
+			}
+			mc.BindPort = nt.GetAutoBindPort()
+		}
+		inner = nt
+	}
+	mc.Transport = newMeteredTransport(inner, bytes, c.Tap)
+	return nil
 }

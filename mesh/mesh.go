@@ -40,6 +40,7 @@ type Mesh struct {
 	hub     *hub
 	evMu    sync.Mutex // orders table changes with their events
 	maxCast int        // largest record sent through UDP gossip
+	bytes   *gossipBytes
 
 	joined     chan struct{}
 	joinedOnce sync.Once
@@ -76,11 +77,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	if err != nil {
 		return nil, err
 	}
+	gb := &gossipBytes{}
 	m := &Mesh{
 		cfg:      cfg,
 		log:      logger,
 		clock:    clock,
 		meta:     meta,
+		bytes:    gb,
 		table:    newTable(cfg.NodeID, clock, cfg.EjectHold),
 		local:    newLocalState(cfg.NodeID, uint64(clock().UnixNano()), cfg.LatencyAlpha, clock),
 		hub:      newHub(),
@@ -92,7 +95,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 		// headers, a label and encryption.
 		maxCast: mc.UDPBufferSize - 256,
 	}
-	m.met, err = newMetrics(reg, func() float64 { return float64(m.table.members.Load()) })
+	m.met, err = newMetrics(reg, func() float64 { return float64(m.table.members.Load()) }, gb)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: metrics: %w", err)
 	}
@@ -109,6 +112,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	}
 	// The node's first record must exist before memberlist can ask for it.
 	m.publishLocked(m.local.next())
+	if err := cfg.attachTransport(mc, gb); err != nil {
+		return nil, err
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: start memberlist: %w", err)
@@ -121,6 +127,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	go m.greetLoop()
 	return m, nil
 }
+
+// GossipBytes returns the bytes the gossip transport received and sent
+// since the node started (UDP payloads and TCP stream bytes as they cross
+// the wire, encrypted when gossip is; IP and UDP headers not included).
+func (m *Mesh) GossipBytes() (in, out uint64) { return m.bytes.in.Load(), m.bytes.out.Load() }
 
 // LocalID returns this node's id.
 func (m *Mesh) LocalID() string { return m.cfg.NodeID }

@@ -356,3 +356,17 @@ func TestRestartedNodeRecordWins(t *testing.T) {
 		return ok && newM && !oldM && p.Health == route.HealthReady
 	})
 }
+
+// TestGossipBytesCounted checks that the bytes a node's gossip moves are
+// counted both ways once two nodes have exchanged records.
+func TestGossipBytesCounted(t *testing.T) {
+	c := meshtest.Start(t, meshtest.Options{Nodes: 2})
+	n1 := c.Node("n1")
+	n1.Ready("m")
+	c.Node("n2").Ready("m")
+	c.WaitConverged()
+	in, out := n1.Mesh.GossipBytes()
+	if in == 0 || out == 0 {
+		t.Fatalf("gossip bytes in=%d out=%d after a join and records both ways", in, out)
+	}
+}
