@@ -184,8 +184,13 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return d.m.meta
 }
 
-// NotifyMsg handles a user message (a gossiped or reliably sent record).
+// NotifyMsg handles a user message: a gossiped or directly sent record,
+// or a record set a peer sent after a push-pull found this node lacking.
 func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) >= 1 && b[0] == msgRecordSet {
+		d.m.mergeRecordSet(b)
+		return
+	}
 	if len(b) < 1 || b[0] != msgRecord {
 		d.m.met.received.WithLabelValues("invalid").Inc()
 		return
@@ -204,29 +209,31 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.m.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState returns every record this node knows of current members, for
-// push-pull; the other side keeps whichever versions are newer.
+// LocalState returns this node's side of a push-pull: for a join, every
+// record it knows of current members (the joiner has them all when Join
+// returns); otherwise only their versions, and each side then sends the
+// other the records it has newer (pushpull.go).
 func (d *delegate) LocalState(join bool) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&meshv1.RecordSet{Records: d.m.table.records()})
+	if !join {
+		return encodeVersions(d.m.cfg.NodeID, d.m.table.records())
+	}
+	b, err := encodeRecordSet(d.m.table.records())
 	if err != nil {
 		d.m.log.Error("encode push-pull state", "err", err)
 		return nil
 	}
-	return append([]byte{msgRecordSet}, b...)
+	return b
 }
 
-// MergeRemoteState merges the other side's records from a push-pull.
+// MergeRemoteState merges the other side's push-pull state: records, or
+// versions to answer with the records it lacks.
 func (d *delegate) MergeRemoteState(b []byte, join bool) {
-	if len(b) < 1 || b[0] != msgRecordSet {
-		return
-	}
-	var s meshv1.RecordSet
-	if err := proto.Unmarshal(b[1:], &s); err != nil {
-		d.m.log.Debug("bad push-pull state", "err", err)
-		return
-	}
-	for _, r := range s.GetRecords() {
-		d.m.receive(r, false)
+	switch {
+	case len(b) < 1:
+	case b[0] == msgRecordSet:
+		d.m.mergeRecordSet(b)
+	case b[0] == msgVersions:
+		d.m.answerVersions(b)
 	}
 }
 

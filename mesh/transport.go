@@ -138,10 +138,30 @@ func (t *meteredTransport) DialAddressTimeout(a memberlist.Address, timeout time
 	return t.wrap(c), nil
 }
 
-// Shutdown stops the copying and the transport.
+// Shutdown stops the copying and the transport. memberlist stops reading
+// before it shuts its transport down, and the network transport's
+// listeners wait to hand over what they received: drain them until they
+// have stopped, or the shutdown never returns.
 func (t *meteredTransport) Shutdown() error {
 	t.stopOnce.Do(func() { close(t.done) })
-	return t.NodeAwareTransport.Shutdown()
+	stop := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case <-t.NodeAwareTransport.PacketCh():
+			case c := <-t.NodeAwareTransport.StreamCh():
+				c.Close()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err := t.NodeAwareTransport.Shutdown()
+	close(stop)
+	<-drained
+	return err
 }
 
 // meteredConn counts what crosses a stream and taps what is read.
