@@ -70,13 +70,15 @@ type Config struct {
 	// are published at once. Default 250ms.
 	RecordInterval time.Duration
 	// RecordHeartbeat republishes the record with a new sequence number even
-	// when nothing changed, so ejected peers come back and gaps heal.
-	// Default 2s.
+	// when nothing changed, so that record ages say the node is alive.
+	// Heartbeats go to a few random members and are not relayed; push-pull
+	// repairs gaps, and an ejected peer is asked for a record directly.
+	// Default 10s.
 	RecordHeartbeat time.Duration
 	// EjectHold is the least time an ejected peer stays out of routing: the
 	// records a dead peer published just before it died may still be
 	// circulating, and only a record that arrives after the hold can bring
-	// it back. Default 2 × RecordHeartbeat.
+	// it back. Default 4s (2 × RecordHeartbeat when that is shorter).
 	EjectHold time.Duration
 	// LatencyAlpha is the weight of a new observation in the per-model
 	// latency moving average, in (0, 1]. Default 0.2.
@@ -208,10 +210,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.RecordInterval = 250 * time.Millisecond
 	}
 	if c.RecordHeartbeat <= 0 {
-		c.RecordHeartbeat = 2 * time.Second
+		c.RecordHeartbeat = 10 * time.Second
 	}
 	if c.EjectHold <= 0 {
-		c.EjectHold = 2 * c.RecordHeartbeat
+		c.EjectHold = min(4*time.Second, 2*c.RecordHeartbeat)
 	}
 	if c.LatencyAlpha <= 0 || c.LatencyAlpha > 1 {
 		c.LatencyAlpha = 0.2

@@ -140,8 +140,9 @@ func (m *Mesh) greetLoop() {
 }
 
 // receive merges one record from gossip; relay says whether an accepted
-// record should be gossiped on (records that arrived by broadcast are
-// relayed once, so they spread even if the owner's retransmits are lost).
+// record should be gossiped on (records that arrived by broadcast and say
+// something new are relayed once, so they spread even if the owner's
+// retransmits are lost).
 func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 	if r.GetNodeId() == m.cfg.NodeID {
 		// This node owns its record and never takes it from others. A copy
@@ -155,6 +156,7 @@ func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 		return
 	}
 	m.evMu.Lock()
+	prev := m.table.record(r.GetNodeId())
 	ch := m.table.merge(r)
 	if ch.accepted && ch.significant && ch.isMember {
 		m.emitLocked(Event{Type: EventUpdate, Peer: ch.view})
@@ -168,7 +170,11 @@ func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 	if ch.restored {
 		m.log.Info("peer restored to routing", "peer", r.GetNodeId())
 	}
-	if relay {
+	// A heartbeat (the same content under a new version) is not relayed:
+	// its owner's own gossip reaches a few nodes, push-pull the rest, and
+	// relaying every heartbeat through every node cost each node
+	// (members / RecordHeartbeat) x fan-out x retransmits records a second.
+	if relay && !sameContent(prev, r) {
 		if msg := encodeRecord(r); len(msg) <= m.maxCast {
 			m.queue.QueueBroadcast(&recordBroadcast{node: r.GetNodeId(), msg: msg})
 		}
@@ -189,6 +195,10 @@ func (d *delegate) NodeMeta(limit int) []byte {
 func (d *delegate) NotifyMsg(b []byte) {
 	if len(b) >= 1 && b[0] == msgRecordSet {
 		d.m.mergeRecordSet(b)
+		return
+	}
+	if len(b) >= 2 && b[0] == msgRecordRequest && len(b) <= 1+maxVersionsID {
+		d.m.answerRecordRequest(b)
 		return
 	}
 	if len(b) < 1 || b[0] != msgRecord {

@@ -199,8 +199,9 @@ func (m *Mesh) Serving(model string) []route.Peer {
 
 // Eject takes a peer out of routing at once, typically because a connection
 // to it was refused. It comes back when gossip delivers a newer record that
-// says it is ready, at least Config.EjectHold later. Ejecting this node
-// itself, or an unknown node, does nothing.
+// says it is ready, at least Config.EjectHold later; every EjectHold while
+// it stays ejected and a member, this node asks it for a fresh record
+// directly. Ejecting this node itself, or an unknown node, does nothing.
 func (m *Mesh) Eject(id string) {
 	m.evMu.Lock()
 	p, ok := m.table.eject(id)
@@ -211,6 +212,7 @@ func (m *Mesh) Eject(id string) {
 	if ok {
 		m.met.ejections.Inc()
 		m.log.Warn("peer ejected from routing", "peer", id)
+		m.askRecordAfterHold(id)
 	}
 }
 

@@ -195,6 +195,14 @@ func (t *table) eject(id string) (route.Peer, bool) {
 	return t.peerLocked(e), true
 }
 
+// ejectedNow reports whether node id is ejected.
+func (t *table) ejectedNow(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[id]
+	return ok && e.ejected
+}
+
 // record returns the latest record of node id, or nil.
 func (t *table) record(id string) *meshv1.NodeRecord {
 	t.mu.Lock()
