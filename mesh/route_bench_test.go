@@ -66,24 +66,31 @@ func BenchmarkRoutePerRequest(b *testing.B) {
 	}
 }
 
-// BenchmarkRecordMerge measures the gossip side of the prepared lists:
-// merging one load-only record of a member (the most frequent table
-// change: every node publishes its load every RecordInterval) and
-// publishing the new snapshot.
+// BenchmarkRecordMerge measures the gossip side: merging one load-only
+// record of a member, the most frequent table change (every node publishes
+// its load every RecordInterval under traffic). "merge" is the merge alone
+// (the snapshot is only marked stale); "merge+route" also reads the
+// prepared list after each merge, the worst case, in which every request
+// follows a change and pays the rebuild.
 func BenchmarkRecordMerge(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
-		b.Run(fmt.Sprintf("peers=%d", n), func(b *testing.B) {
-			tb := benchTable(n, min(n, 8))
-			b.ReportAllocs()
-			seq := uint64(1)
-			for b.Loop() {
-				seq++
-				r := rec("n0003", 1, seq, meshv1.Health_HEALTH_READY, "other", "m")
-				r.MaxInFlight, r.InFlight = 8, uint32(seq%7)
-				if !tb.merge(r).accepted {
-					b.Fatal("record not accepted")
+		for _, path := range []string{"merge", "merge+route"} {
+			b.Run(fmt.Sprintf("peers=%d/%s", n, path), func(b *testing.B) {
+				tb := benchTable(n, min(n, 8))
+				b.ReportAllocs()
+				seq := uint64(1)
+				for b.Loop() {
+					seq++
+					r := rec("n0003", 1, seq, meshv1.Health_HEALTH_READY, "other", "m")
+					r.MaxInFlight, r.InFlight = 8, uint32(seq%7)
+					if !tb.merge(r).accepted {
+						b.Fatal("record not accepted")
+					}
+					if path == "merge+route" && len(tb.serving("m")) != min(n, 8) {
+						b.Fatal("prepared list lost a holder")
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
