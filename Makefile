@@ -111,6 +111,17 @@ SCALE_FLAGS ?=
 scale: build
 	go run ./chaos/cmd/scale -bin $(BIN) -nodes $(SCALE_NODES) $(SCALE_FLAGS)
 
+# The same meshes simulated in one process: the real Mesh and memberlist
+# over an in-memory network, SCALE_SIM sizes (convergence and gossip bytes
+# per node, idle and under load changes). SCALE_SIM_TIMERS: local (a node
+# on loopback), lan, test. Results: chaos/out/scale-sim-<time>/sim.json.
+SCALE_SIM ?= 100,1000
+SCALE_SIM_TIMERS ?= local
+scale-sim:
+	INFERMESH_SCALE_SIM=$(SCALE_SIM) INFERMESH_SCALE_SIM_TIMERS=$(SCALE_SIM_TIMERS) \
+	INFERMESH_SCALE_SIM_OUT=$(CURDIR)/chaos/out/scale-sim-$$(date -u +%Y%m%d-%H%M%S) \
+	go test -count=1 -run '^TestScaleSimulation$$' -v -timeout 60m ./mesh
+
 # gofmt, go vet, staticcheck, the dead-code check (scripts/deadcode.sh),
 # buf lint, buf breaking against main and against the released baseline
 # (proto/breaking-baseline), and a check that the generated
