@@ -337,6 +337,40 @@ func (m *Mesh) publishLocked(r *meshv1.NodeRecord) {
 		m.emitLocked(Event{Type: EventUpdate, Peer: ch.view})
 	}
 	m.spread(r)
+	if ch.significant && m.ml != nil {
+		m.tellMembers(r)
+	}
+}
+
+// tellMembers sends a significant change of this node's record (health,
+// models, routing settings: rare) to every member directly, besides
+// gossip. A change made while the mesh is still forming (a node turning
+// ready right after it joined) reaches only the few members gossip knows
+// then, and heartbeats, which used to repair that within seconds, are
+// neither frequent nor relayed any more; members met later are greeted
+// with the record as it is then.
+func (m *Mesh) tellMembers(r *meshv1.NodeRecord) {
+	msg := encodeRecord(r)
+	if len(msg) > m.maxCast {
+		return // spread sends it over TCP to every member already
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, n := range m.ml.Members() {
+			if n.Name == m.cfg.NodeID {
+				continue
+			}
+			select {
+			case <-m.stop:
+				return
+			default:
+			}
+			if err := m.ml.SendBestEffort(n, msg); err != nil {
+				m.log.Debug("telling a member of a change", "peer", n.Name, "err", err)
+			}
+		}
+	}()
 }
 
 func (m *Mesh) emitLocked(e Event) {
@@ -408,11 +442,13 @@ func (m *Mesh) joinLoop() {
 // later reach it by gossip, whose few retransmits can miss a node, and
 // memberlist's periodic push-pull repairs that only every
 // PushPullInterval (30 s on a LAN). When many nodes start together this
-// brings every node the full membership within seconds. The waits are 5
-// and then 20 gossip intervals (1 s and 4 s more on a LAN).
+// brings every node the full membership within seconds. The waits are 5,
+// 20 and 60 gossip intervals (1 s, 4 s and 12 s more on a LAN); the last
+// one catches members that joined the seeds after the first two, which
+// matters past a few dozen nodes started together.
 func (m *Mesh) catchUp() {
 	defer m.wg.Done()
-	for _, k := range []int{5, 20} {
+	for _, k := range []int{5, 20, 60} {
 		select {
 		case <-m.stop:
 			return

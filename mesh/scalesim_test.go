@@ -146,7 +146,17 @@ func simulate(t *testing.T, n int, timers string, window time.Duration) simResul
 	lastStart := time.Now()
 	res.StartSeconds = lastStart.Sub(t0).Seconds()
 	deadline := lastStart.Add(10 * time.Minute)
+	nextLog := time.Now().Add(5 * time.Second)
 	for {
+		if time.Now().After(nextLog) {
+			minMembers, minReady := n, n
+			for _, m := range meshes {
+				minMembers = min(minMembers, int(m.table.members.Load()))
+				minReady = min(minReady, m.table.readyMembers())
+			}
+			t.Logf("%d nodes, %.0f s after the last start: fewest members %d, fewest ready %d", n, time.Since(lastStart).Seconds(), minMembers, minReady)
+			nextLog = time.Now().Add(5 * time.Second)
+		}
 		if allReady(meshes, n) {
 			res.AfterLastStartSeconds = time.Since(lastStart).Seconds()
 			break
