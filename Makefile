@@ -7,7 +7,7 @@ GOFLAGS_LD := -ldflags "-X main.version=$(VERSION)"
 DATA ?= data
 export PATH := $(CACHE)/bin:$(PATH)
 
-.PHONY: all build install run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short
+.PHONY: all build install run test test-short bench lint tools assets deps proto fuzz e2e clean chaos chaos-plain chaos-short scale scale-sim
 
 all: build
 
@@ -104,6 +104,27 @@ chaos-plain: build assets
 # The short versions of scenarios 1 and 4 (about 1 min).
 chaos-short: build assets
 	INFERMESH_CHAOS_BIN=$(CURDIR)/$(BIN) go test -count=1 -run TestChaosShort -v ./chaos
+
+# A mesh of SCALE_NODES (100) real processes on loopback, the model on 5
+# of them, fast timers: convergence, gossip and raft bytes, leader CPU,
+# RSS, routing after SIGKILL, quota exactness (about 6 min; not part of
+# `make test`). SCALE_FLAGS adds flags (-timers deploy, -phases ...).
+# Report: chaos/out/scale-<time>/report.md and report.json.
+SCALE_NODES ?= 100
+SCALE_FLAGS ?=
+scale: build
+	go run ./chaos/cmd/scale -bin $(BIN) -nodes $(SCALE_NODES) $(SCALE_FLAGS)
+
+# The same meshes simulated in one process: the real Mesh and memberlist
+# over an in-memory network, SCALE_SIM sizes (convergence and gossip bytes
+# per node, idle and under load changes). SCALE_SIM_TIMERS: local (a node
+# on loopback), lan, test. Results: chaos/out/scale-sim-<time>/sim.json.
+SCALE_SIM ?= 100,1000
+SCALE_SIM_TIMERS ?= local
+scale-sim:
+	INFERMESH_SCALE_SIM=$(SCALE_SIM) INFERMESH_SCALE_SIM_TIMERS=$(SCALE_SIM_TIMERS) \
+	INFERMESH_SCALE_SIM_OUT=$(CURDIR)/chaos/out/scale-sim-$$(date -u +%Y%m%d-%H%M%S) \
+	go test -count=1 -run '^TestScaleSimulation$$' -v -timeout 60m ./mesh
 
 # gofmt, go vet, staticcheck, the dead-code check (scripts/deadcode.sh),
 # buf lint, buf breaking against main and against the released baseline

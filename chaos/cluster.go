@@ -28,6 +28,10 @@ const (
 	gidBase      = 61000
 )
 
+// MaxNodes is the most nodes a cluster can have: node i's address is
+// 127.0.0.(10+i), below the harness's own client addresses (.201 on).
+const MaxNodes = 180
+
 // NodeState is the harness's view of a node.
 type NodeState string
 
@@ -48,8 +52,15 @@ type ClusterConfig struct {
 	Nodes int
 	// Dir holds data directories and logs (one folder per node).
 	Dir string
-	// Models are model folders imported into every node's data directory.
+	// Models are model folders imported into every node's data directory
+	// (into the first ModelNodes nodes when that is set).
 	Models []string
+	// ModelNodes, when positive, imports Models only into nodes 1..ModelNodes
+	// (a large mesh with models on a subset).
+	ModelNodes int
+	// JoinSeeds, when positive, has nodes join through nodes 1..JoinSeeds
+	// only instead of through every other node.
+	JoinSeeds int
 	// Mesh joins the nodes with --join (needs the mesh flags); false runs
 	// independent single nodes.
 	Mesh bool
@@ -160,8 +171,8 @@ type Cluster struct {
 // NewCluster makes the folders, imports the models into every node's data
 // directory and returns a cluster with every node down.
 func NewCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
-	if cfg.Nodes < 1 || cfg.Nodes > 50 {
-		return nil, fmt.Errorf("nodes %d: want 1..50", cfg.Nodes)
+	if cfg.Nodes < 1 || cfg.Nodes > MaxNodes {
+		return nil, fmt.Errorf("nodes %d: want 1..%d", cfg.Nodes, MaxNodes)
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 90 * time.Second
@@ -194,6 +205,9 @@ func NewCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			return nil, err
 		}
 		for _, m := range cfg.Models {
+			if cfg.ModelNodes > 0 && i > cfg.ModelNodes {
+				break
+			}
 			if out, err := runCmd(ctx, cfg.Bin, "models", "import", "--data-dir", n.DataDir, m); err != nil {
 				return nil, fmt.Errorf("import %s into %s: %w %s", m, n.ID, err, out)
 			}
@@ -278,6 +292,9 @@ func (c *Cluster) args(n *Node) ([]string, error) {
 		// start (and every restart, of any node) joins through all peers.
 		if n.Index != 1 || n.incarnation > 0 {
 			for _, p := range c.nodes {
+				if c.cfg.JoinSeeds > 0 && p.Index > c.cfg.JoinSeeds {
+					break
+				}
 				if p != n {
 					args = append(args, "--join", p.GossipAddr())
 				}
@@ -508,6 +525,17 @@ func (c *Cluster) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// PID returns the process id of a node's running process (0 when down).
+func (c *Cluster) PID(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.Node(id)
+	if n == nil || n.proc == nil || n.state == StateDown {
+		return 0
+	}
+	return n.proc.cmd.Process.Pid
 }
 
 // Running returns the pids of processes the cluster started that have not

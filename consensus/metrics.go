@@ -43,7 +43,17 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 		Name: "infermesh_consensus_applied_index",
 		Help: "Raft index of the last entry applied to this node's state.",
 	}, func() float64 { return float64(n.State().AppliedIndex()) })
-	for _, c := range []prometheus.Collector{m.applySeconds, m.applyErrors, m.leader, m.reconcileChanges, m.reconcilePasses, applied} {
+	raftIn := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "infermesh_consensus_raft_bytes_total",
+		Help:        "Bytes raft's transport received or sent (entries, heartbeats, votes, snapshots).",
+		ConstLabels: prometheus.Labels{"direction": "in"},
+	}, func() float64 { return float64(n.raftBytes.in.Load()) })
+	raftOut := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "infermesh_consensus_raft_bytes_total",
+		Help:        "Bytes raft's transport received or sent (entries, heartbeats, votes, snapshots).",
+		ConstLabels: prometheus.Labels{"direction": "out"},
+	}, func() float64 { return float64(n.raftBytes.out.Load()) })
+	for _, c := range []prometheus.Collector{m.applySeconds, m.applyErrors, m.leader, m.reconcileChanges, m.reconcilePasses, applied, raftIn, raftOut} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

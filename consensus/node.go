@@ -39,6 +39,7 @@ type Node struct {
 	metrics   *metrics
 	fwd       *forwarder
 	ownedHTTP *http.Client // the peer-TLS client New built, closed with the node
+	raftBytes raftBytes    // what raft's transport moved
 
 	reconcileCh chan struct{}
 	shutdownCh  chan struct{}
@@ -109,7 +110,7 @@ func New(c Config) (*Node, error) {
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		ServerAddressProvider: n.members,
 		Logger:                hcl,
-		Stream:                &streamLayer{ln: cfg.RaftListener, addr: adv, dial: dial},
+		Stream:                &streamLayer{ln: cfg.RaftListener, addr: adv, dial: dial, bytes: &n.raftBytes},
 		MaxPool:               3,
 		Timeout:               10 * time.Second,
 	})
@@ -178,6 +179,11 @@ func setIf(dst *time.Duration, v time.Duration) {
 
 // State is a read-only view of this node's copy of the replicated state.
 func (n *Node) State() View { return View{f: n.fsm} }
+
+// RaftBytes returns the bytes raft's transport received and sent since
+// the node started (entries, heartbeats, votes and snapshots, above the
+// RPC port's handshake and TLS).
+func (n *Node) RaftBytes() (in, out uint64) { return n.raftBytes.in.Load(), n.raftBytes.out.Load() }
 
 // ID is the node id.
 func (n *Node) ID() string { return n.cfg.NodeID }
@@ -351,13 +357,46 @@ func (n *Node) Close() error {
 // streamLayer is raft's view of the shared RPC port: inbound raft
 // connections from the mux, outbound ones announced with the raft byte.
 type streamLayer struct {
-	ln   net.Listener
-	addr net.Addr
-	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	ln    net.Listener
+	addr  net.Addr
+	dial  func(addr string, timeout time.Duration) (net.Conn, error)
+	bytes *raftBytes
+}
+
+// raftBytes counts the bytes raft's transport moved (payload above the
+// mux handshake and TLS), both ways.
+type raftBytes struct {
+	in, out atomic.Uint64
+}
+
+// countedConn counts what crosses one raft connection.
+type countedConn struct {
+	net.Conn
+	b *raftBytes
+}
+
+// Read reads and counts.
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.b.in.Add(uint64(max(n, 0)))
+	return n, err
+}
+
+// Write writes and counts.
+func (c *countedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.b.out.Add(uint64(max(n, 0)))
+	return n, err
 }
 
 // Accept returns the next inbound raft connection.
-func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, b: s.bytes}, nil
+}
 
 // Close closes the raft side of the mux.
 func (s *streamLayer) Close() error { return s.ln.Close() }
@@ -367,5 +406,9 @@ func (s *streamLayer) Addr() net.Addr { return s.addr }
 
 // Dial opens a raft connection to addr.
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return s.dial(string(addr), timeout)
+	c, err := s.dial(string(addr), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, b: s.bytes}, nil
 }

@@ -70,17 +70,23 @@ type Config struct {
 	// are published at once. Default 250ms.
 	RecordInterval time.Duration
 	// RecordHeartbeat republishes the record with a new sequence number even
-	// when nothing changed, so ejected peers come back and gaps heal.
-	// Default 2s.
+	// when nothing changed, so that record ages say the node is alive.
+	// Heartbeats go to a few random members and are not relayed; push-pull
+	// repairs gaps, and an ejected peer is asked for a record directly.
+	// Default 10s.
 	RecordHeartbeat time.Duration
 	// EjectHold is the least time an ejected peer stays out of routing: the
 	// records a dead peer published just before it died may still be
 	// circulating, and only a record that arrives after the hold can bring
-	// it back. Default 2 × RecordHeartbeat.
+	// it back. Default 4s (2 × RecordHeartbeat when that is shorter).
 	EjectHold time.Duration
 	// LatencyAlpha is the weight of a new observation in the per-model
 	// latency moving average, in (0, 1]. Default 0.2.
 	LatencyAlpha float64
+
+	// transport replaces memberlist's network transport (an in-memory one
+	// in the scale simulation); nil binds BindAddr.
+	transport memberlist.NodeAwareTransport
 }
 
 // Timers are memberlist's failure-detection and gossip settings.
@@ -204,10 +210,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.RecordInterval = 250 * time.Millisecond
 	}
 	if c.RecordHeartbeat <= 0 {
-		c.RecordHeartbeat = 2 * time.Second
+		c.RecordHeartbeat = 10 * time.Second
 	}
 	if c.EjectHold <= 0 {
-		c.EjectHold = 2 * c.RecordHeartbeat
+		c.EjectHold = min(4*time.Second, 2*c.RecordHeartbeat)
 	}
 	if c.LatencyAlpha <= 0 || c.LatencyAlpha > 1 {
 		c.LatencyAlpha = 0.2
@@ -268,20 +274,6 @@ func (c Config) memberlistConfig() (*memberlist.Config, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	// Last, so no error can follow the bind.
-	if c.Tap != nil {
-		tr, err := newTapTransport(mc.BindAddr, mc.BindPort, c.Tap)
-		if err != nil {
-			return nil, err
-		}
-		if mc.BindPort == 0 {
-			if mc.AdvertisePort == 0 {
-				mc.AdvertisePort = tr.GetAutoBindPort()
-			}
-			mc.BindPort = tr.GetAutoBindPort()
-		}
-		mc.Transport = tr
-	}
 	return mc, nil
 }
 
@@ -302,4 +294,27 @@ func splitHostPort(addr string, def int) (string, int, error) {
 		host = "0.0.0.0"
 	}
 	return host, port, nil
+}
+
+// attachTransport gives mc its transport: memberlist's network transport
+// bound on mc's address (or c.transport, in simulations), wrapped so that
+// every byte is counted (Mesh.GossipBytes) and tapped (Config.Tap). Call
+// it last: nothing that can fail should follow the bind.
+func (c Config) attachTransport(mc *memberlist.Config, bytes *gossipBytes) error {
+	var inner memberlist.NodeAwareTransport = c.transport
+	if inner == nil {
+		nt, err := newNetTransport(mc.BindAddr, mc.BindPort)
+		if err != nil {
+			return err
+		}
+		if mc.BindPort == 0 {
+			if mc.AdvertisePort == 0 {
+				mc.AdvertisePort = nt.GetAutoBindPort()
+			}
+			mc.BindPort = nt.GetAutoBindPort()
+		}
+		inner = nt
+	}
+	mc.Transport = newMeteredTransport(inner, bytes, c.Tap)
+	return nil
 }

@@ -140,8 +140,9 @@ func (m *Mesh) greetLoop() {
 }
 
 // receive merges one record from gossip; relay says whether an accepted
-// record should be gossiped on (records that arrived by broadcast are
-// relayed once, so they spread even if the owner's retransmits are lost).
+// record should be gossiped on (records that arrived by broadcast and say
+// something new are relayed once, so they spread even if the owner's
+// retransmits are lost).
 func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 	if r.GetNodeId() == m.cfg.NodeID {
 		// This node owns its record and never takes it from others. A copy
@@ -155,6 +156,7 @@ func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 		return
 	}
 	m.evMu.Lock()
+	prev := m.table.record(r.GetNodeId())
 	ch := m.table.merge(r)
 	if ch.accepted && ch.significant && ch.isMember {
 		m.emitLocked(Event{Type: EventUpdate, Peer: ch.view})
@@ -168,7 +170,11 @@ func (m *Mesh) receive(r *meshv1.NodeRecord, relay bool) {
 	if ch.restored {
 		m.log.Info("peer restored to routing", "peer", r.GetNodeId())
 	}
-	if relay {
+	// A heartbeat (the same content under a new version) is not relayed:
+	// its owner's own gossip reaches a few nodes, push-pull the rest, and
+	// relaying every heartbeat through every node cost each node
+	// (members / RecordHeartbeat) x fan-out x retransmits records a second.
+	if relay && !sameContent(prev, r) {
 		if msg := encodeRecord(r); len(msg) <= m.maxCast {
 			m.queue.QueueBroadcast(&recordBroadcast{node: r.GetNodeId(), msg: msg})
 		}
@@ -184,8 +190,17 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return d.m.meta
 }
 
-// NotifyMsg handles a user message (a gossiped or reliably sent record).
+// NotifyMsg handles a user message: a gossiped or directly sent record,
+// or a record set a peer sent after a push-pull found this node lacking.
 func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) >= 1 && b[0] == msgRecordSet {
+		d.m.mergeRecordSet(b)
+		return
+	}
+	if len(b) >= 2 && b[0] == msgRecordRequest && len(b) <= 1+maxVersionsID {
+		d.m.answerRecordRequest(b)
+		return
+	}
 	if len(b) < 1 || b[0] != msgRecord {
 		d.m.met.received.WithLabelValues("invalid").Inc()
 		return
@@ -204,29 +219,31 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.m.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState returns every record this node knows of current members, for
-// push-pull; the other side keeps whichever versions are newer.
+// LocalState returns this node's side of a push-pull: for a join, every
+// record it knows of current members (the joiner has them all when Join
+// returns); otherwise only their versions, and each side then sends the
+// other the records it has newer (pushpull.go).
 func (d *delegate) LocalState(join bool) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&meshv1.RecordSet{Records: d.m.table.records()})
+	if !join {
+		return encodeVersions(d.m.cfg.NodeID, d.m.table.records())
+	}
+	b, err := encodeRecordSet(d.m.table.records())
 	if err != nil {
 		d.m.log.Error("encode push-pull state", "err", err)
 		return nil
 	}
-	return append([]byte{msgRecordSet}, b...)
+	return b
 }
 
-// MergeRemoteState merges the other side's records from a push-pull.
+// MergeRemoteState merges the other side's push-pull state: records, or
+// versions to answer with the records it lacks.
 func (d *delegate) MergeRemoteState(b []byte, join bool) {
-	if len(b) < 1 || b[0] != msgRecordSet {
-		return
-	}
-	var s meshv1.RecordSet
-	if err := proto.Unmarshal(b[1:], &s); err != nil {
-		d.m.log.Debug("bad push-pull state", "err", err)
-		return
-	}
-	for _, r := range s.GetRecords() {
-		d.m.receive(r, false)
+	switch {
+	case len(b) < 1:
+	case b[0] == msgRecordSet:
+		d.m.mergeRecordSet(b)
+	case b[0] == msgVersions:
+		d.m.answerVersions(b)
 	}
 }
 

@@ -40,6 +40,7 @@ type Mesh struct {
 	hub     *hub
 	evMu    sync.Mutex // orders table changes with their events
 	maxCast int        // largest record sent through UDP gossip
+	bytes   *gossipBytes
 
 	joined     chan struct{}
 	joinedOnce sync.Once
@@ -76,11 +77,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	if err != nil {
 		return nil, err
 	}
+	gb := &gossipBytes{}
 	m := &Mesh{
 		cfg:      cfg,
 		log:      logger,
 		clock:    clock,
 		meta:     meta,
+		bytes:    gb,
 		table:    newTable(cfg.NodeID, clock, cfg.EjectHold),
 		local:    newLocalState(cfg.NodeID, uint64(clock().UnixNano()), cfg.LatencyAlpha, clock),
 		hub:      newHub(),
@@ -92,7 +95,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 		// headers, a label and encryption.
 		maxCast: mc.UDPBufferSize - 256,
 	}
-	m.met, err = newMetrics(reg, func() float64 { return float64(m.table.members.Load()) })
+	m.met, err = newMetrics(reg, func() float64 { return float64(m.table.members.Load()) }, gb)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: metrics: %w", err)
 	}
@@ -109,6 +112,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	}
 	// The node's first record must exist before memberlist can ask for it.
 	m.publishLocked(m.local.next())
+	if err := cfg.attachTransport(mc, gb); err != nil {
+		return nil, err
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: start memberlist: %w", err)
@@ -121,6 +127,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer, clock func(
 	go m.greetLoop()
 	return m, nil
 }
+
+// GossipBytes returns the bytes the gossip transport received and sent
+// since the node started (UDP payloads and TCP stream bytes as they cross
+// the wire, encrypted when gossip is; IP and UDP headers not included).
+func (m *Mesh) GossipBytes() (in, out uint64) { return m.bytes.in.Load(), m.bytes.out.Load() }
 
 // LocalID returns this node's id.
 func (m *Mesh) LocalID() string { return m.cfg.NodeID }
@@ -169,21 +180,28 @@ func (m *Mesh) Peer(id string) (route.Peer, bool) {
 
 // Serving returns the members that can take a request for model now
 // (routable, model installed), each with its load, sorted by id. Peers
-// without room are included; see route.Peer.HasRoom.
+// without room are included; see route.Peer.HasRoom. The list is prepared
+// when gossip changes the table, not per call, so its cost does not grow
+// with the number of members; it is a shared snapshot: do not modify it.
+// The empty model is served by every routable member.
 func (m *Mesh) Serving(model string) []route.Peer {
-	var out []route.Peer
-	for _, p := range m.table.snapshot() {
-		if p.Routable() && p.Has(model) {
-			out = append(out, p)
+	if model == "" {
+		var out []route.Peer
+		for _, p := range m.table.snapshot() {
+			if p.Routable() {
+				out = append(out, p)
+			}
 		}
+		return out
 	}
-	return out
+	return m.table.serving(model)
 }
 
 // Eject takes a peer out of routing at once, typically because a connection
 // to it was refused. It comes back when gossip delivers a newer record that
-// says it is ready, at least Config.EjectHold later. Ejecting this node
-// itself, or an unknown node, does nothing.
+// says it is ready, at least Config.EjectHold later; every EjectHold while
+// it stays ejected and a member, this node asks it for a fresh record
+// directly. Ejecting this node itself, or an unknown node, does nothing.
 func (m *Mesh) Eject(id string) {
 	m.evMu.Lock()
 	p, ok := m.table.eject(id)
@@ -194,6 +212,7 @@ func (m *Mesh) Eject(id string) {
 	if ok {
 		m.met.ejections.Inc()
 		m.log.Warn("peer ejected from routing", "peer", id)
+		m.askRecordAfterHold(id)
 	}
 }
 
@@ -318,6 +337,40 @@ func (m *Mesh) publishLocked(r *meshv1.NodeRecord) {
 		m.emitLocked(Event{Type: EventUpdate, Peer: ch.view})
 	}
 	m.spread(r)
+	if ch.significant && m.ml != nil {
+		m.tellMembers(r)
+	}
+}
+
+// tellMembers sends a significant change of this node's record (health,
+// models, routing settings: rare) to every member directly, besides
+// gossip. A change made while the mesh is still forming (a node turning
+// ready right after it joined) reaches only the few members gossip knows
+// then, and heartbeats, which used to repair that within seconds, are
+// neither frequent nor relayed any more; members met later are greeted
+// with the record as it is then.
+func (m *Mesh) tellMembers(r *meshv1.NodeRecord) {
+	msg := encodeRecord(r)
+	if len(msg) > m.maxCast {
+		return // spread sends it over TCP to every member already
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, n := range m.ml.Members() {
+			if n.Name == m.cfg.NodeID {
+				continue
+			}
+			select {
+			case <-m.stop:
+				return
+			default:
+			}
+			if err := m.ml.SendBestEffort(n, msg); err != nil {
+				m.log.Debug("telling a member of a change", "peer", n.Name, "err", err)
+			}
+		}
+	}()
 }
 
 func (m *Mesh) emitLocked(e Event) {
@@ -389,11 +442,13 @@ func (m *Mesh) joinLoop() {
 // later reach it by gossip, whose few retransmits can miss a node, and
 // memberlist's periodic push-pull repairs that only every
 // PushPullInterval (30 s on a LAN). When many nodes start together this
-// brings every node the full membership within seconds. The waits are 5
-// and then 20 gossip intervals (1 s and 4 s more on a LAN).
+// brings every node the full membership within seconds. The waits are 5,
+// 20 and 60 gossip intervals (1 s, 4 s and 12 s more on a LAN); the last
+// one catches members that joined the seeds after the first two, which
+// matters past a few dozen nodes started together.
 func (m *Mesh) catchUp() {
 	defer m.wg.Done()
-	for _, k := range []int{5, 20} {
+	for _, k := range []int{5, 20, 60} {
 		select {
 		case <-m.stop:
 			return

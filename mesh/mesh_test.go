@@ -356,3 +356,39 @@ func TestRestartedNodeRecordWins(t *testing.T) {
 		return ok && newM && !oldM && p.Health == route.HealthReady
 	})
 }
+
+// TestGossipBytesCounted checks that the bytes a node's gossip moves are
+// counted both ways once two nodes have exchanged records.
+func TestGossipBytesCounted(t *testing.T) {
+	c := meshtest.Start(t, meshtest.Options{Nodes: 2})
+	n1 := c.Node("n1")
+	n1.Ready("m")
+	c.Node("n2").Ready("m")
+	c.WaitConverged()
+	in, out := n1.Mesh.GossipBytes()
+	if in == 0 || out == 0 {
+		t.Fatalf("gossip bytes in=%d out=%d after a join and records both ways", in, out)
+	}
+}
+
+// TestEjectedPeerAskedBackWithoutHeartbeats: with heartbeats too rare to
+// matter, a node that ejected a live, ready peer asks it for a record once
+// the hold has passed, and the answer restores it.
+func TestEjectedPeerAskedBackWithoutHeartbeats(t *testing.T) {
+	c := meshtest.Start(t, meshtest.Options{Nodes: 2, Configure: func(cfg *mesh.Config) {
+		cfg.RecordHeartbeat = time.Hour
+		cfg.EjectHold = 50 * time.Millisecond
+	}})
+	n1, n2 := c.Node("n1"), c.Node("n2")
+	n1.Ready("m")
+	n2.Ready("m")
+	c.WaitConverged()
+	n1.Mesh.Eject("n2")
+	if p, _ := n1.Mesh.Peer("n2"); !p.Ejected {
+		t.Fatal("n2 not ejected")
+	}
+	meshtest.WaitFor(t, n1, "n2 restored by its answer", func(peers []route.Peer) bool {
+		p, _ := peer(peers, "n2")
+		return !p.Ejected && p.Routable()
+	})
+}

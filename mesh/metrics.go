@@ -14,7 +14,7 @@ type metrics struct {
 	events    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, members func() float64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, members func() float64, bytes *gossipBytes) (*metrics, error) {
 	m := &metrics{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "infermesh", Subsystem: "mesh", Name: "records_received_total",
@@ -46,6 +46,16 @@ func newMetrics(reg prometheus.Registerer, members func() float64) (*metrics, er
 			Namespace: "infermesh", Subsystem: "mesh", Name: "members",
 			Help: "Nodes memberlist currently reports alive, this one included.",
 		}, members),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "infermesh", Subsystem: "mesh", Name: "gossip_bytes_total",
+			Help:        "Bytes the gossip transport received or sent (UDP payloads and TCP streams, as on the wire).",
+			ConstLabels: prometheus.Labels{"direction": "in"},
+		}, func() float64 { return float64(bytes.in.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "infermesh", Subsystem: "mesh", Name: "gossip_bytes_total",
+			Help:        "Bytes the gossip transport received or sent (UDP payloads and TCP streams, as on the wire).",
+			ConstLabels: prometheus.Labels{"direction": "out"},
+		}, func() float64 { return float64(bytes.out.Load()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,13 @@ type entry struct {
 }
 
 // table is the peer table: memberlist membership joined with the gossiped
-// records. Readers get an immutable snapshot; writers rebuild it.
+// records. Readers get an immutable snapshot. Writers only mark it stale:
+// the next reader rebuilds it, once, however many changes came in
+// between. Every node's load reaches every other node several times a
+// second under traffic, and a snapshot is a copy of every member's view,
+// so rebuilding on every change cost O(members) per record received
+// (O(members²) a second per node); now it costs O(members) per read that
+// follows a change, at most.
 type table struct {
 	self  string
 	clock func() time.Time
@@ -45,15 +50,26 @@ type table struct {
 
 	mu      sync.Mutex
 	nodes   map[string]*entry
+	order   []string           // ids of members, sorted
 	tombs   map[string]version // last version seen when a node went away
 	members atomic.Int64
 
-	snap atomic.Pointer[[]route.Peer]
+	stale atomic.Bool // a change since snap was built
+	snap  atomic.Pointer[snapshot]
+}
+
+// snapshot is one immutable state of the table for readers: every member's
+// view sorted by id, and per model the routable members that hold it (also
+// sorted by id), so routing a request reads only the peers that could
+// serve it instead of scanning every member.
+type snapshot struct {
+	peers   []route.Peer
+	serving map[string][]route.Peer
 }
 
 func newTable(self string, clock func() time.Time, hold time.Duration) *table {
 	t := &table{self: self, clock: clock, hold: hold, nodes: map[string]*entry{}, tombs: map[string]version{}}
-	t.rebuild()
+	t.snap.Store(&snapshot{serving: map[string][]route.Peer{}})
 	return t
 }
 
@@ -69,7 +85,25 @@ type change struct {
 // snapshot returns the current peer views (members only), sorted by id.
 // The slice is shared; callers must not modify it.
 func (t *table) snapshot() []route.Peer {
-	return *t.snap.Load()
+	return t.current().peers
+}
+
+// serving returns the routable members holding model, sorted by id, from
+// the current snapshot. The slice is shared; callers must not modify it.
+func (t *table) serving(model string) []route.Peer {
+	return t.current().serving[model]
+}
+
+// current returns the snapshot, rebuilding it first if anything changed.
+func (t *table) current() *snapshot {
+	if t.stale.Load() {
+		t.mu.Lock()
+		if t.stale.Load() {
+			t.rebuildLocked()
+		}
+		t.mu.Unlock()
+	}
+	return t.snap.Load()
 }
 
 func (t *table) get(id string) *entry {
@@ -88,9 +122,12 @@ func (t *table) join(id Identity, gossipAddr string) route.Peer {
 	e := t.get(id.NodeID)
 	if !e.member {
 		t.members.Add(1)
+		if i, found := slices.BinarySearch(t.order, id.NodeID); !found {
+			t.order = slices.Insert(t.order, i, id.NodeID)
+		}
 	}
 	e.member, e.id, e.gossipAddr = true, id, gossipAddr
-	t.rebuild()
+	t.stale.Store(true)
 	return t.peerLocked(e)
 }
 
@@ -100,7 +137,7 @@ func (t *table) updateMeta(id Identity, gossipAddr string) route.Peer {
 	defer t.mu.Unlock()
 	e := t.get(id.NodeID)
 	e.id, e.gossipAddr = id, gossipAddr
-	t.rebuild()
+	t.stale.Store(true)
 	return t.peerLocked(e)
 }
 
@@ -119,6 +156,9 @@ func (t *table) leave(id string) (p route.Peer, graceful, ok bool) {
 	graceful = e.record.GetLeaving()
 	if e.member {
 		t.members.Add(-1)
+		if i, found := slices.BinarySearch(t.order, id); found {
+			t.order = slices.Delete(t.order, i, i+1)
+		}
 	}
 	if e.record != nil {
 		if v := recordVersion(e.record); v.after(t.tombs[id]) {
@@ -126,7 +166,7 @@ func (t *table) leave(id string) (p route.Peer, graceful, ok bool) {
 		}
 	}
 	delete(t.nodes, id)
-	t.rebuild()
+	t.stale.Store(true)
 	return p, graceful, true
 }
 
@@ -158,7 +198,7 @@ func (t *table) merge(r *meshv1.NodeRecord) change {
 		e.ejected = false
 		ch.restored, ch.significant = true, true
 	}
-	t.rebuild()
+	t.stale.Store(true)
 	ch.view = t.peerLocked(e)
 	return ch
 }
@@ -176,8 +216,16 @@ func (t *table) eject(id string) (route.Peer, bool) {
 	if e.record != nil {
 		e.ejectedAt = recordVersion(e.record)
 	}
-	t.rebuild()
+	t.stale.Store(true)
 	return t.peerLocked(e), true
+}
+
+// ejectedNow reports whether node id is ejected.
+func (t *table) ejectedNow(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[id]
+	return ok && e.ejected
 }
 
 // record returns the latest record of node id, or nil.
@@ -216,16 +264,25 @@ func (t *table) records() []*meshv1.NodeRecord {
 	return out
 }
 
-// rebuild publishes a new snapshot of member views. Callers hold mu.
-func (t *table) rebuild() {
-	out := make([]route.Peer, 0, len(t.nodes))
-	for _, e := range t.nodes {
-		if e.member {
+// rebuildLocked publishes a new snapshot of member views in id order and
+// the per-model lists of routable holders. Callers hold mu.
+func (t *table) rebuildLocked() {
+	out := make([]route.Peer, 0, len(t.order))
+	for _, id := range t.order {
+		if e := t.nodes[id]; e != nil && e.member {
 			out = append(out, t.peerLocked(e))
 		}
 	}
-	slices.SortFunc(out, func(a, b route.Peer) int { return strings.Compare(a.ID, b.ID) })
-	t.snap.Store(&out)
+	serving := map[string][]route.Peer{}
+	for _, p := range out {
+		if p.Routable() {
+			for m := range p.Models {
+				serving[m] = append(serving[m], p)
+			}
+		}
+	}
+	t.snap.Store(&snapshot{peers: out, serving: serving})
+	t.stale.Store(false)
 }
 
 func (t *table) peerLocked(e *entry) route.Peer {

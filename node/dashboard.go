@@ -15,8 +15,11 @@ import (
 )
 
 // staleRecord is how old a worker's last gossip record may be before the
-// dashboard says so.
-const staleRecord = 15 * time.Second
+// dashboard says so. An idle node republishes every 10 s to a few random
+// members (heartbeats are not relayed) and push-pull brings every record
+// to every node within one push-pull interval (30 s on a LAN, more past
+// 32 members), so an idle peer's record is often tens of seconds old.
+const staleRecord = 2 * time.Minute
 
 // meshViewDeps are what the dashboard's mesh view reads.
 type meshViewDeps struct {

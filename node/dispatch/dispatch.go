@@ -33,6 +33,11 @@ type Peers interface {
 	// Peers returns every member, this node included (Self set). The slice
 	// is read-only.
 	Peers() []route.Peer
+	// Serving returns the routable members holding model (this node
+	// included), prepared when the table changes rather than per call, so
+	// routing a request does not scan every member. The slice is
+	// read-only.
+	Serving(model string) []route.Peer
 	// Eject takes a peer out of routing until gossip says it is ready again.
 	Eject(id string)
 }
@@ -210,7 +215,7 @@ func (d *Dispatcher) Serve(w http.ResponseWriter, r *http.Request, f Facts, body
 	if pol.Strategy.PrefixAware() && strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		rf.Prefixes = prefix.RequestHashes(f.Model, body)
 	}
-	res := route.Rank(pol.Strategy, rf, d.view(pol))
+	res := route.Rank(pol.Strategy, rf, d.view(pol, f.Model))
 
 	if len(res.Candidates) == 0 {
 		if res.Saturated {
@@ -274,10 +279,16 @@ func (d *Dispatcher) Serve(w http.ResponseWriter, r *http.Request, f Facts, body
 	return Outcome{Status: http.StatusServiceUnavailable, Attempts: len(cands), Err: err}
 }
 
-// view copies the peer table, applies the policy's per-node settings and
-// this node's own exact load.
-func (d *Dispatcher) view(pol Policy) []route.Peer {
-	src := d.peers.Peers()
+// view copies the peers that serve model, applies the policy's per-node
+// settings and this node's own exact load. Rank would skip every other
+// member, so they are not copied: the cost follows the model's holders,
+// not the size of the mesh.
+func (d *Dispatcher) view(pol Policy, model string) []route.Peer {
+	return d.viewOf(pol, d.peers.Serving(model))
+}
+
+// viewOf is view over the peers src.
+func (d *Dispatcher) viewOf(pol Policy, src []route.Peer) []route.Peer {
 	out := make([]route.Peer, len(src))
 	copy(out, src)
 	for i := range out {
@@ -306,7 +317,7 @@ func (d *Dispatcher) view(pol Policy) []route.Peer {
 // the per-peer metrics show it beside what each node gossips.
 func (d *Dispatcher) Routing() (Policy, []route.Peer) {
 	pol := d.policy.Policy()
-	return pol, d.view(pol)
+	return pol, d.viewOf(pol, d.peers.Peers())
 }
 
 // localCap is this node's in-flight cap.

@@ -41,7 +41,38 @@ type account struct {
 	failErr        error
 	inactive       bool // the leader refused the key (revoked, expired, unknown)
 	gone           bool // dropped from the limiter's map
+
+	// crowded: at the last grant, at least crowdedHolders other nodes held
+	// part of the limit. Slices are then sized by this node's own demand
+	// (what it admitted in the last second), so nodes that see a key
+	// rarely do not strand slices others could use.
+	crowded    bool
+	demandAt   time.Time // start of the current one-second demand window
+	demandCur  int64     // admitted in the current window
+	demandPrev int64     // admitted in the previous window (0 if further back)
 }
+
+// crowdedIdle is how long a crowded account's holding may go unused
+// before it is returned.
+const crowdedIdle = 3 * time.Second
+
+// crowdedHolders is how many other holders make a ledger crowded.
+const crowdedHolders = 4
+
+// noteDemand counts an admission of amount in the demand windows.
+func (a *account) noteDemand(now time.Time, amount int64) {
+	if d := now.Sub(a.demandAt); d >= time.Second {
+		a.demandPrev = 0
+		if d < 2*time.Second {
+			a.demandPrev = a.demandCur
+		}
+		a.demandAt, a.demandCur = now, 0
+	}
+	a.demandCur += amount
+}
+
+// demand is this node's admissions per second, recently.
+func (a *account) demand() int64 { return max(a.demandCur, a.demandPrev) }
 
 // leaseOp is one lease command with what it reported.
 type leaseOp struct {
@@ -75,6 +106,9 @@ func (l *Limiter) slice(a *account) int64 {
 	if a.remaining >= 0 {
 		s = min(s, a.remaining/4)
 	}
+	if a.crowded {
+		s = min(s, a.demand())
+	}
 	return max(s, 1)
 }
 
@@ -107,6 +141,7 @@ func (l *Limiter) take(ctx context.Context, now time.Time, keyID string, kind co
 		if a.usable(now, amount) {
 			a.pending += amount
 			a.lastUse = now
+			a.noteDemand(now, amount)
 			period := a.period
 			var op *leaseOp
 			if a.op == nil && l.shouldRenew(a, now, amount) {
@@ -161,6 +196,16 @@ func (l *Limiter) refusal(a *account, now time.Time, amount int64, ran int) *aut
 			avail = max(0, a.held-a.pending)
 		}
 		if local <= a.period && avail+a.remaining < amount {
+			if lr, ok := l.leaser.(LedgerReader); ok {
+				if used, others, ok := lr.LedgerShare(k.keyID, k.kind, a.period); ok && others >= crowdedHolders && used+amount <= a.limit {
+					// Not used up: many other nodes hold the rest, and
+					// return what they do not use within crowdedIdle.
+					// (With few holders the refusal stays final: a holder
+					// that died keeps its share until the TTL, when it
+					// counts as used.)
+					return denyRetry(k.keyID, k.kind, "the rest of it is held by other nodes, which return what they do not use")
+				}
+			}
 			return denyExhausted(k.keyID, k.kind, a.limit, now)
 		}
 	}
@@ -196,6 +241,7 @@ func (l *Limiter) beginAcquire(a *account, need int64, now time.Time) leaseOp {
 	if now.Before(a.expires) {
 		avail = a.held - a.pending
 	}
+	l.checkCrowded(a, now)
 	want := max(1, max(l.slice(a), need)-avail)
 	a.op = make(chan struct{})
 	l.ops.add()
@@ -263,6 +309,7 @@ func (l *Limiter) runOp(a *account, op leaseOp, claim int64) (bool, string) {
 	if claim > 0 && a.usable(now, claim) {
 		a.pending += claim
 		a.lastUse = now
+		a.noteDemand(now, claim)
 		claimed = true
 	}
 	a.mu.Unlock()
@@ -315,6 +362,22 @@ func (l *Limiter) applyGrant(a *account, g consensus.LeaseGrant, op leaseOp, now
 	}
 	a.period, a.held, a.expires, a.remaining = g.Period, g.Held, g.ExpiresAt, g.Remaining
 	a.unusable = !now.Before(g.ExpiresAt) && g.Held > 0
+	l.checkCrowded(a, now)
+}
+
+// checkCrowded looks at the key's ledger in the local replica: does it
+// have crowdedHolders other holders?
+func (l *Limiter) checkCrowded(a *account, now time.Time) {
+	lr, ok := l.leaser.(LedgerReader)
+	if !ok {
+		return
+	}
+	period := a.period
+	if period == "" {
+		period, _ = consensus.Period(a.key.kind, now)
+	}
+	_, others, ok := lr.LedgerShare(a.key.keyID, a.key.kind, period)
+	a.crowded = ok && others >= crowdedHolders
 }
 
 // refund gives back an admission that was not used, when nothing has
@@ -353,7 +416,13 @@ func (l *Limiter) maintain() {
 			a.mu.Unlock()
 			continue
 		}
-		idle := now.Sub(a.lastUse) >= ttl/4
+		idleAfter := ttl / 4
+		if a.crowded {
+			// Others want this limit too: return a spare holding after a
+			// few seconds without use rather than a quarter of the TTL.
+			idleAfter = min(idleAfter, crowdedIdle)
+		}
+		idle := now.Sub(a.lastUse) >= idleAfter
 		live := now.Before(a.expires)
 		var op *leaseOp
 		switch {

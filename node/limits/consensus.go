@@ -24,6 +24,17 @@ type Leaser interface {
 	RecordUsage(ctx context.Context, seq uint64, entries []consensus.UsageEntry) error
 }
 
+// LedgerReader is what a Leaser may also offer: a look at a ledger in the
+// local replica (it may lag the leader). With it, a node that many nodes
+// share a key with sizes its slices by its own demand, and a node refused
+// while the rest of a limit is held by others answers 503 rather than a
+// final 429.
+type LedgerReader interface {
+	// LedgerShare returns the ledger's Used and how many other nodes hold
+	// a part of it.
+	LedgerShare(keyID string, kind consensus.LeaseKind, period string) (used int64, otherHolders int, ok bool)
+}
+
 // ConsensusLeaser is the Leaser of a consensus node.
 type ConsensusLeaser struct {
 	node *consensus.Node
@@ -65,6 +76,20 @@ func (c *ConsensusLeaser) Settle(ctx context.Context, s []consensus.Settlement) 
 		return nil, errNoResult
 	}
 	return res.Settled, nil
+}
+
+// LedgerShare implements LedgerReader from the local replica.
+func (c *ConsensusLeaser) LedgerShare(keyID string, kind consensus.LeaseKind, period string) (used int64, otherHolders int, ok bool) {
+	lg, ok := c.node.State().Ledger(keyID, kind, period)
+	if !ok {
+		return 0, 0, false
+	}
+	for _, h := range lg.Holds {
+		if h.NodeID != c.node.ID() && h.Amount > 0 {
+			otherHolders++
+		}
+	}
+	return lg.Used, otherHolders, true
 }
 
 // Holdings implements Leaser.
