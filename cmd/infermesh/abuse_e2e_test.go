@@ -321,17 +321,7 @@ func TestAbuseQuorumLossKeepsServing(t *testing.T) {
 	waitMembersKeyed(t, ps)
 	k := createKey(t, ps[0], map[string]any{"name": "inference"})
 	emb := map[string]any{"model": "tiny-bert:test-128", "input": "x"}
-	eventually(t, 20*time.Second, "every node ready and serving the key", func() error {
-		for _, p := range ps {
-			if code, body := readyBody(p); code != 200 {
-				return fmt.Errorf("%s: readyz %d %v", p.id, code, body)
-			}
-			if code, c := keyed(p, k, "POST", "/v1/embeddings", emb); code != 200 {
-				return fmt.Errorf("%s: %d %s", p.id, code, c)
-			}
-		}
-		return nil
-	})
+	eventually(t, 20*time.Second, "every node ready and serving the key", func() error { return readyAndServing(ps, k, emb) })
 	for _, p := range ps[1:] {
 		p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.exited
@@ -371,17 +361,21 @@ func TestAbuseQuorumLossKeepsServing(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	eventually(t, 60*time.Second, "every node ready and serving the key after the power loss", func() error {
-		for _, p := range ps {
-			if code, body := readyBody(p); code != 200 {
-				return fmt.Errorf("%s: readyz %d %v", p.id, code, body)
-			}
-			if code, c := keyed(p, k, "POST", "/v1/embeddings", emb); code != 200 {
-				return fmt.Errorf("%s: %d %s", p.id, code, c)
-			}
+	eventually(t, 60*time.Second, "every node ready and serving the key after the power loss", func() error { return readyAndServing(ps, k, emb) })
+}
+
+// readyAndServing says which of ps is not ready or does not serve req
+// to /v1/embeddings with key k; nil when all do.
+func readyAndServing(ps []*proc, k string, req any) error {
+	for _, p := range ps {
+		if code, body := readyBody(p); code != 200 {
+			return fmt.Errorf("%s: readyz %d %v", p.id, code, body)
 		}
-		return nil
-	})
+		if code, c := keyed(p, k, "POST", "/v1/embeddings", req); code != 200 {
+			return fmt.Errorf("%s: %d %s", p.id, code, c)
+		}
+	}
+	return nil
 }
 
 // readyBody returns /readyz's status and JSON body.
