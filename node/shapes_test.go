@@ -55,7 +55,7 @@ func TestAdminShapes(t *testing.T) {
 		{http.MethodGet, "/v1/server/models/onnx/all-minilm-l6-v2/fp32/provenance", "", `{"model":"onnx/all-minilm-l6-v2/fp32","object":"model.card",` +
 			`"publisher":"sentence-transformers (ONNX export by Xenova)","source":"https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2","license":"apache-2.0",` +
 			`"intended_use":I,"known_limitations":K}`},
-		{http.MethodPost, "/v1/models/catalog/refresh", "", `{"added":[],"changed":[],"entries":19,"object":"catalog.refresh","removed":[],"sources":[{"source":"builtin","entries":19}]}`},
+		{http.MethodPost, "/v1/models/catalog/refresh", "", `{"added":[],"changed":[],"entries":21,"object":"catalog.refresh","removed":[],"sources":[{"source":"builtin","entries":21}]}`},
 		// The first entry whole, then the end of the list.
 		{http.MethodGet, "/v1/models/catalog", "", `{"data":[{"key":"onnx/all-minilm-l6-v2/fp32","display_name":"all-MiniLM-L6-v2 (fp32)",` +
 			`"description":"sentence-transformers all-MiniLM-L6-v2, a 6-layer MiniLM sentence encoder producing 384-dimensional embeddings, as Xenova's fp32 ONNX export.",` +

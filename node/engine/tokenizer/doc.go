@@ -21,7 +21,9 @@
 //	               byte_fallback)
 //	truncation     keeps at most max tokens, counting the special tokens
 //	PostProcessor  adds the special tokens ([CLS] A [SEP]) and type ids
-//	Decoder        turns ids back into text (ByteLevel, WordPiece; Replace,
+//	Decoder        turns ids back into text (ByteLevel, WordPiece with
+//	               Hugging Face's cleanup: per token, its replacements in
+//	               their fixed order; Replace,
 //	               ByteFallback, Fuse, Strip, Metaspace and Sequences of
 //	               them); with a per-token decoder, DecodeStream decodes
 //	               incrementally and never emits half a UTF-8 character.
