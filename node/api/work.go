@@ -245,13 +245,6 @@ func (m *workMeter) admit(k workKind, caller, param string, units int64, what st
 	}, nil
 }
 
-// inUse is the work of kind caller has admitted now (tests).
-func (m *workMeter) inUse(k workKind, caller string) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.use[k][caller]
-}
-
 // WorkCaller names who a request's work counts against: "" for a caller
 // without a share (the local operator), else one name per key (or per
 // client address for a keyless remote caller). Options.WorkCaller.

@@ -14,6 +14,13 @@ import (
 	"github.com/infermesh/infermesh/node/apierr"
 )
 
+// inUse is the work of kind caller has admitted now.
+func (m *workMeter) inUse(k workKind, caller string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.use[k][caller]
+}
+
 // apiError decodes an error answer.
 func apiError(t testing.TB, w *httptest.ResponseRecorder) apierr.Error {
 	t.Helper()

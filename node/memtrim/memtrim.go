@@ -48,8 +48,6 @@ type Idle struct {
 
 	mu    sync.Mutex
 	timer *time.Timer
-	// released counts the releases done (tests and metrics).
-	released int
 }
 
 // NewIdle returns an Idle that releases after quiet without work.
@@ -76,16 +74,8 @@ func (i *Idle) Busy(depth int) {
 			return // work came back meanwhile
 		}
 		i.timer = nil
-		i.released++
 		i.mu.Unlock()
 		i.release()
 	})
 	i.timer = t
-}
-
-// Released is how many times the Idle has released memory.
-func (i *Idle) Released() int {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.released
 }

@@ -30,7 +30,8 @@ func TestIdle(t *testing.T) {
 	for calls.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if calls.Load() != 1 || i.Released() != 1 {
-		t.Fatalf("%d releases (%d counted), want 1", calls.Load(), i.Released())
+	time.Sleep(20 * time.Millisecond) // a second release would come now
+	if calls.Load() != 1 {
+		t.Fatalf("%d releases, want 1", calls.Load())
 	}
 }
