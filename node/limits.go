@@ -12,6 +12,7 @@ import (
 	"github.com/infermesh/infermesh/node/auth"
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/limits"
+	"github.com/infermesh/infermesh/node/memtrim"
 )
 
 // LimitsConfig is the node's share of the spec's limits: server-wide rates,
@@ -117,15 +118,26 @@ func (n *Node) seedPlan(ctx context.Context) {
 // newImageGate builds the image gate; each change of its depth goes into
 // the node's gossip record (queue depth), which routes image work to the
 // least-queued holder.
+//
+// Once the gate has been empty for imageIdleRelease, the memory the jobs
+// freed goes back to the operating system (memtrim): a diffusion job's
+// arenas shrink when it ends, but glibc and the Go heap would keep what
+// they freed.
 func (n *Node) newImageGate() *api.ImageGate {
 	g := api.NewImageGate(n.cfg.ImageConcurrency, n.cfg.ImageQueue)
+	idle := memtrim.NewIdle(imageIdleRelease)
 	g.OnChange(func(depth int) {
 		if c := n.cluster; c.mesh != nil {
 			c.mesh.SetQueueDepth(depth)
 		}
+		idle.Busy(depth)
 	})
 	return g
 }
+
+// imageIdleRelease is how long the image gate stays empty before the
+// memory freed by image jobs is returned to the operating system.
+const imageIdleRelease = 2 * time.Second
 
 // gateLocal passes the model work this node runs itself — its own
 // requests and those peers forward to it — through the busy gate, by the

@@ -151,7 +151,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request, translate bo
 	samples, seconds, err := audiocodec.Decode(req.File, float64(maxSeconds))
 	if errors.Is(err, audiocodec.ErrTooLong) {
 		msg := err.Error()
-		if strings.Contains(msg, "longer than") {
+		if !strings.Contains(msg, "bytes") { // a duration, not the file size
 			msg += fmt.Sprintf("; this node transcribes at most %d seconds per request (--audio-max-seconds, SERVICE_AUDIO_MAX_SECONDS)", maxSeconds)
 		}
 		apierr.Write(w, apierr.New(http.StatusRequestEntityTooLarge, apierr.TypeInvalidRequest, apierr.CodeTooLarge, "file", msg))

@@ -84,12 +84,6 @@ func noVisionProvider() *apierr.Error {
 		"No vision engine for this endpoint is installed on this mesh.")
 }
 
-// decodeImage decodes a request's image under the node's decoded-image
-// memory budget; release returns the reservation.
-func (s *Server) decodeImage(r *http.Request, field string) (image.Image, func(), error) {
-	return imagecodec.DecodeBudgeted(r.Context(), field, imagecodec.Options{MaxBytes: MaxImageBytes}, s.images)
-}
-
 // visionEngine finds the engine of task for a vision request (model ""
 // for the default) and writes the error when there is none: 501
 // no_provider_configured while the mesh has no model of the task at all,

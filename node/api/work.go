@@ -28,8 +28,9 @@ import (
 //     megapixel-steps (one megapixel is 1024×1024 = 1,048,576 pixels);
 //     steps are the request's num_inference_steps, else the model's
 //     default; an upscale counts its output pixels at one step. Each
-//     picture (asked size, input image, upscaled result) is also bounded
-//     in pixels, checked from an input image's header before it is decoded;
+//     picture asked for or sent is also bounded in pixels, an input
+//     image from its header before it is decoded (and an upscale's input
+//     so that the result's sides stay within 4096);
 //   - speech (speech and voice cloning): characters ÷ speed, so a slow
 //     voice counts for the longer audio it makes;
 //   - transcription: seconds of audio.
@@ -243,13 +244,6 @@ func (m *workMeter) admit(k workKind, caller, param string, units int64, what st
 			}
 		})
 	}, nil
-}
-
-// inUse is the work of kind caller has admitted now (tests).
-func (m *workMeter) inUse(k workKind, caller string) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.use[k][caller]
 }
 
 // WorkCaller names who a request's work counts against: "" for a caller

@@ -2,17 +2,34 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/infermesh/infermesh/node/apierr"
+	"github.com/infermesh/infermesh/node/audiocodec"
+	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
+	"github.com/infermesh/infermesh/node/engine/whisper"
 )
+
+// inUse is the work of kind caller has admitted now.
+func (m *workMeter) inUse(k workKind, caller string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.use[k][caller]
+}
 
 // apiError decodes an error answer.
 func apiError(t testing.TB, w *httptest.ResponseRecorder) apierr.Error {
@@ -222,6 +239,69 @@ func TestSpeechWorkLimit(t *testing.T) {
 	}
 	held()
 	if w := post("Hello there.", "1"); w.Code != 200 {
+		t.Fatalf("after the release: %d %s", w.Code, w.Body)
+	}
+}
+
+// transcribeBackend serves one real transcription engine under "whisper".
+type transcribeBackend struct {
+	Backend
+	eng engine.Transcriber
+}
+
+func (b *transcribeBackend) TaskEngine(_ context.Context, task engine.Task, id string) (engine.Engine, string, error) {
+	if id == "whisper" && task == engine.TaskSpeechToText {
+		return b.eng, "whisper", nil
+	}
+	return nil, "", fmt.Errorf("model %s: %w", id, ErrModelNotFound)
+}
+
+// TestTranscriptionWorkLimit runs on the real whisper-base and a real
+// LibriVox clip: a node whose per-request limit is shorter than the clip
+// answers 413 naming --audio-max-seconds; a key whose running requests
+// hold its share of audio seconds gets 429 naming --audio-key-seconds,
+// and is served once they are done.
+func TestTranscriptionWorkLimit(t *testing.T) {
+	dir := onnxtest.AssetDir(t, "whisper-base", "encoder_model_quantized.onnx", "decoder_model_merged_quantized.onnx")
+	tr, err := whisper.Load(onnxtest.Runtime(t), engine.Spec{ID: "whisper", Task: engine.TaskSpeechToText, Dir: dir, Files: map[string]string{
+		"encoder": "encoder_model_quantized.onnx", "decoder": "decoder_model_merged_quantized.onnx", "config": "config.json",
+		"generation_config": "generation_config.json", "tokenizer": "tokenizer.json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	clip, err := os.ReadFile("/usr/share/pocketsphinx/test/data/librivox/sense_and_sensibility_01_austen_64kb-0870.wav")
+	if err != nil {
+		t.Fatalf("Debian pocketsphinx-testdata: %v", err)
+	}
+	_, secs, err := audiocodec.Decode(clip, 0)
+	if err != nil || secs < 2 {
+		t.Fatalf("clip: %.1f s, %v", secs, err)
+	}
+	post := func(s *Server) *httptest.ResponseRecorder {
+		body, ct := formBody(map[string]string{"model": "whisper"}, clip)
+		r := httptest.NewRequest(http.MethodPost, "/v1/audio/transcriptions", bytes.NewReader(body))
+		r.Header.Set("Content-Type", ct)
+		w := httptest.NewRecorder()
+		s.audioTranscriptions(w, r)
+		return w
+	}
+	lim := DefaultWorkLimits()
+	lim.AudioSeconds = int64(secs) - 1
+	short := New(Options{Backend: &transcribeBackend{eng: tr}, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), Work: lim})
+	w := post(short)
+	if e := apiError(t, w); w.Code != http.StatusRequestEntityTooLarge || e.Param != "file" || !strings.Contains(e.Message, "--audio-max-seconds") {
+		t.Fatalf("%.1f s of audio, limit %d s: %d %+v", secs, lim.AudioSeconds, w.Code, e)
+	}
+	s := New(Options{Backend: &transcribeBackend{eng: tr}, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
+		Work: DefaultWorkLimits(), WorkCaller: func(*http.Request) string { return "key:k1" }})
+	held := holdWork(t, s, workAudio, "key:k1", DefaultAudioSeconds, DefaultKeyAudioSeconds-DefaultAudioSeconds)
+	w = post(s)
+	if e := apiError(t, w); w.Code != http.StatusTooManyRequests || e.Code != apierr.CodeWorkShare || !strings.Contains(e.Message, "--audio-key-seconds") {
+		t.Fatalf("over the key's share: %d %+v", w.Code, e)
+	}
+	held()
+	if w := post(s); w.Code != http.StatusOK || !strings.Contains(strings.ToLower(w.Body.String()), "text") {
 		t.Fatalf("after the release: %d %s", w.Code, w.Body)
 	}
 }

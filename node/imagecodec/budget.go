@@ -3,11 +3,12 @@ package imagecodec
 import (
 	"context"
 	"image"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/infermesh/infermesh/node/memtrim"
 )
 
 // Budget bounds the memory that decoded images hold across one node's
@@ -19,9 +20,11 @@ type Budget struct {
 	sem *semaphore.Weighted
 	max int64
 
-	mu        sync.Mutex
-	lastFree  time.Time
-	freeEvery time.Duration
+	// big counts the reservations of at least bigRelease bytes held now;
+	// idle returns the memory once none has been held for a moment.
+	mu   sync.Mutex
+	big  int
+	idle *memtrim.Idle
 
 	// pixels recycles decoded JPEG buffers between this node's requests.
 	pixels pixelPool
@@ -30,16 +33,21 @@ type Budget struct {
 // DefaultBudget is the decoded-image memory a node allows by default.
 const DefaultBudget = 1 << 30
 
-// bigRelease is the reservation size after whose release the heap is
-// returned to the operating system (at most once per freeEvery).
-const bigRelease = 64 << 20
+// bigRelease is the reservation size after whose release the freed
+// memory is returned to the operating system, once no such reservation
+// has been held for bigQuiet: after the request's answer is written, and
+// once after a burst rather than after each image.
+const (
+	bigRelease = 64 << 20
+	bigQuiet   = 2 * time.Second
+)
 
 // NewBudget returns a budget of max bytes (DefaultBudget when <= 0).
 func NewBudget(max int64) *Budget {
 	if max <= 0 {
 		max = DefaultBudget
 	}
-	return &Budget{sem: semaphore.NewWeighted(max), max: max, freeEvery: 2 * time.Second}
+	return &Budget{sem: semaphore.NewWeighted(max), max: max, idle: memtrim.NewIdle(bigQuiet)}
 }
 
 // Cost is what decoding, preparing and answering a w×h image may hold: the
@@ -54,29 +62,29 @@ func (b *Budget) acquire(ctx context.Context, cost int64) (func(), error) {
 	if err := b.sem.Acquire(ctx, cost); err != nil {
 		return nil, err
 	}
+	if cost >= bigRelease {
+		b.bigHeld(+1)
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			b.sem.Release(cost)
 			if cost >= bigRelease {
-				b.returnMemory()
+				b.bigHeld(-1)
 			}
 		})
 	}, nil
 }
 
-// returnMemory gives freed heap back to the operating system after a large
-// image, so one big request does not leave the node's RSS high for good.
-func (b *Budget) returnMemory() {
+// bigHeld counts a large reservation taken (+1) or released (-1): once
+// none has been held for bigQuiet, the freed memory (Go heap and C heap:
+// memtrim) goes back to the operating system, so large images do not
+// leave the node's RSS high for good.
+func (b *Budget) bigHeld(d int) {
 	b.mu.Lock()
-	now := time.Now()
-	if now.Sub(b.lastFree) < b.freeEvery {
-		b.mu.Unlock()
-		return
-	}
-	b.lastFree = now
-	b.mu.Unlock()
-	go debug.FreeOSMemory()
+	defer b.mu.Unlock()
+	b.big += d
+	b.idle.Busy(b.big)
 }
 
 // DecodeBudgeted decodes s, plain base64 (standard or URL alphabet, padded

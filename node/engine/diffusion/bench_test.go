@@ -333,7 +333,7 @@ func BenchmarkStepGoWork(b *testing.B) {
 				x[j] = float32(s.rng.NormFloat64())
 			}
 			// Real predictions in the output tensors.
-			if err := d.predict(context.Background(), s.inputScale(0), s.ts[0], x); err != nil {
+			if err := d.predict(context.Background(), d.ro, s.inputScale(0), s.ts[0], x); err != nil {
 				b.Fatal(err)
 			}
 			scaled := make([]float32, n)

@@ -94,7 +94,10 @@ var errClosed = errors.New("diffusion: engine is closed")
 // job owns its tensors. How many jobs run at once is the node's business
 // (the API's image gate).
 type Engine struct {
-	id       string
+	id string
+	// rt is the model's view of the runtime: its run options shrink the
+	// arenas when the model gives memory back (see RunImages).
+	rt       *onnx.Runtime
 	tok      *clipTokenizer
 	sched    *schedConfig
 	text     *component
@@ -150,7 +153,7 @@ func Load(rt *onnx.Runtime, spec engine.Spec) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{id: spec.ID, controls: map[string]*controlNet{}}
+	e := &Engine{id: spec.ID, rt: rt, controls: map[string]*controlNet{}}
 	if err := e.load(rt, spec); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("diffusion: %s: %w", spec.ID, err)

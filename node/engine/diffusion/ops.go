@@ -171,7 +171,11 @@ func (e *Engine) RunImages(ctx context.Context, job engine.ImageJob) (engine.Ima
 	} else {
 		res.Seed = rand.Int64N(1 << 53)
 	}
-	ro, err := ort.NewRunOptions()
+	// Every run of the job but the denoising steps before the last gives
+	// the arena regions it no longer uses back at its end (when the
+	// model's arena setting lets it: ShrinkingRunOptions), so the job's
+	// activations are not kept once it is done.
+	ro, err := e.rt.ShrinkingRunOptions()
 	if err != nil {
 		return res, err
 	}

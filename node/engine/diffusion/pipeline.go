@@ -122,10 +122,12 @@ type branch struct {
 // latents straight into the UNet's input tensor and reads float32
 // predictions where the UNet wrote them; it allocates nothing.
 type denoiser struct {
-	e        *Engine
-	ro       *ort.RunOptions
-	lw, lh   int
-	branches []branch
+	e *Engine
+	// ro runs the last step (it may shrink the arenas at its end: see
+	// RunImages); steps, when set, the steps before it.
+	ro, steps *ort.RunOptions
+	lw, lh    int
+	branches  []branch
 	// combine turns the branches' predictions into one (nil: the single
 	// branch's).
 	combine func(preds [][]float32, dst []float32)
@@ -183,6 +185,15 @@ func (g *unetGroup) destroy() {
 // text embeddings, the branches' extra channels, the control image.
 func (e *Engine) newDenoiser(ro *ort.RunOptions, lw, lh int, branches []branch, cn *controlNet, cond []float32, cscale float32) (*denoiser, error) {
 	d := &denoiser{e: e, ro: ro, lw: lw, lh: lh, branches: branches, control: cn, cond: cond, cscale: cscale}
+	if e.rt.ShrinksArena() {
+		// The steps before the last keep the arena: shrinking it after
+		// every step would allocate the activations again at each.
+		steps, err := ort.NewRunOptions()
+		if err != nil {
+			return nil, err
+		}
+		d.steps = steps
+	}
 	n := e.latentCh * lw * lh
 	plane := e.inChannels * lw * lh
 	d.pred = make([]float32, n)
@@ -346,6 +357,10 @@ func (d *denoiser) destroy() {
 	for _, g := range d.groups {
 		g.destroy()
 	}
+	if d.steps != nil {
+		d.steps.Destroy()
+		d.steps = nil
+	}
 }
 
 // run denoises x in place along the sampler's timesteps.
@@ -360,7 +375,11 @@ func (d *denoiser) run(ctx context.Context, s *sampler, x []float32) error {
 		if s.freshNoise(i) {
 			s.drawNoise(d.noise)
 		}
-		if err := d.predict(ctx, s.inputScale(i), t, x); err != nil {
+		ro := d.ro
+		if d.steps != nil && i < len(s.ts)-1 {
+			ro = d.steps
+		}
+		if err := d.predict(ctx, ro, s.inputScale(i), t, x); err != nil {
 			return err
 		}
 		pred := d.preds[0]
@@ -377,13 +396,13 @@ func (d *denoiser) run(ctx context.Context, s *sampler, x []float32) error {
 }
 
 // predict runs the UNet (after the ControlNet, when set) of every group on
-// the latents x scaled by k at timestep t, leaving the predictions in
-// d.preds.
-func (d *denoiser) predict(ctx context.Context, k float32, t float64, x []float32) error {
+// the latents x scaled by k at timestep t with run options ro, leaving
+// the predictions in d.preds.
+func (d *denoiser) predict(ctx context.Context, ro *ort.RunOptions, k float32, t float64, x []float32) error {
 	for _, g := range d.groups {
 		d.fill(g, k, t, x)
 		if d.control != nil {
-			if err := d.control.c.run(ctx, d.ro, g.cIns, g.cOuts); err != nil {
+			if err := d.control.c.run(ctx, ro, g.cIns, g.cOuts); err != nil {
 				return err
 			}
 			if g.cScale == nil && d.cscale != 1 {
@@ -392,7 +411,7 @@ func (d *denoiser) predict(ctx context.Context, k float32, t float64, x []float3
 				}
 			}
 		}
-		if err := d.e.unet.run(ctx, d.ro, g.ins, g.outs); err != nil {
+		if err := d.e.unet.run(ctx, ro, g.ins, g.outs); err != nil {
 			return err
 		}
 		d.read(g)

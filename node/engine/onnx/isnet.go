@@ -14,6 +14,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/infermesh/infermesh/node/engine"
+	"github.com/infermesh/infermesh/node/memtrim"
 )
 
 // ISNet defaults and bounds for Spec.Options.
@@ -371,4 +372,6 @@ func (e *isnet) releaseIdle() {
 	e.session = fresh
 	_ = old.Destroy()
 	e.rebuilds.Add(1)
+	// The old arena went back to the C heap: give it to the system too.
+	memtrim.Release()
 }
