@@ -40,6 +40,13 @@ type ContextConfig struct {
 	Embeddings bool
 	// Pooling is the pooling for Embeddings (Pooling*).
 	Pooling int
+	// Unified puts every sequence's keys and values in one buffer of
+	// Context cells (kv_unified) instead of a stream of Context/Sequences
+	// cells per sequence. A decode over several separate streams is
+	// split into one pass per run of consecutive sequence ids, so a batch
+	// whose sequences are not 0..n-1 in order costs several passes over
+	// the weights; a unified buffer always takes one.
+	Unified bool
 }
 
 // Context is a llama_context with its own thread pool and a reusable
@@ -67,6 +74,7 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	p.setInt("n_threads_batch", int32(cfg.Threads))
 	p.setBool("embeddings", cfg.Embeddings)
 	p.setBool("no_perf", true)
+	p.setBool("kv_unified", cfg.Unified)
 	if cfg.Embeddings {
 		p.setInt("pooling_type", int32(cfg.Pooling))
 	}
