@@ -221,6 +221,8 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 			switch spec.Task {
 			case engine.TaskChat:
 				eng, err = rt.LoadChat(spec)
+			case engine.TaskEmbeddings:
+				eng, err = rt.LoadEmbedder(spec)
 			default:
 				err = fmt.Errorf("the gguf runtime has no pipeline for task %q", spec.Task)
 			}
