@@ -271,3 +271,52 @@ func BenchmarkGGUFThreads(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGGUFPrefixFollowUp times the first token of a follow-up turn
+// of a ~1,000-token conversation with the prefix cache on and off (Q8_0,
+// alternating rounds). The first turn runs on each engine before every
+// round so the "on" engine has it cached.
+func BenchmarkGGUFPrefixFollowUp(b *testing.B) {
+	r, err := NewRuntime(testLibDir(b), Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	path := benchGGUF(b, r.lib, "q8_0")
+	on := benchEngine(b, r, path, map[string]string{"max_batch": "2"})
+	off := benchEngine(b, r, path, map[string]string{"max_batch": "2", "prefix_cache_tokens": "0"})
+	z := 0.0
+	long := ""
+	for i := 0; len(long) < 4200; i++ {
+		long += fmt.Sprintf("Note %d: the mesh forwards each request to the least busy node that holds the model. ", i)
+	}
+	turn1 := engine.ChatRequest{Messages: user(long), MaxTokens: 8, Temperature: &z}
+	ttft := func(e *chatEngine) time.Duration {
+		first, err := e.Chat(context.Background(), turn1, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := engine.ChatRequest{Messages: []engine.ChatMessage{{Role: engine.RoleUser, Content: long},
+			{Role: engine.RoleAssistant, Content: first.Message.Content}, {Role: engine.RoleUser, Content: "And then?"}},
+			MaxTokens: 2, Temperature: &z}
+		start := time.Now()
+		var got time.Duration
+		if _, err := e.Chat(context.Background(), req, func(d engine.ChatDelta) error {
+			if got == 0 && (d.Content != "" || d.FinishReason != "") {
+				got = time.Since(start)
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return got
+	}
+	var dOn, dOff time.Duration
+	for b.Loop() {
+		dOn += ttft(on)
+		dOff += ttft(off)
+	}
+	b.ReportMetric(float64(dOn.Milliseconds())/float64(b.N), "ttft_on_ms")
+	b.ReportMetric(float64(dOff.Milliseconds())/float64(b.N), "ttft_off_ms")
+	b.ReportMetric(dOff.Seconds()/dOn.Seconds(), "speedup")
+}

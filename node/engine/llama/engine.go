@@ -20,6 +20,9 @@ const (
 	defaultMaxBatch     = 8
 	defaultQueuePerSlot = 4
 	defaultPrefillChunk = 256
+	// prefixSequences is how many finished sequences the prefix cache
+	// keeps (each under a sequence id of its own).
+	prefixSequences = 8
 	// defaultPoll lets llama.cpp's idle compute threads sleep at once
 	// between decode steps instead of spinning (its default is 50): see
 	// DESIGN.md, "Threads".
@@ -102,10 +105,11 @@ func (r *Runtime) threads(opts map[string]string) (threads, poll int, err error)
 // and generation loop (package chat) over llama.cpp's logits, one context
 // per model driven by a continuous-batching scheduler.
 type chatEngine struct {
-	id    string
-	model *chat.Model
-	lm    *Model
-	sched *scheduler
+	id     string
+	model  *chat.Model
+	lm     *Model
+	sched  *scheduler
+	prefix *prefixCache // nil: disabled
 }
 
 // LoadChat builds a chat engine from spec: Files["model"] is a GGUF file
@@ -114,7 +118,9 @@ type chatEngine struct {
 // Options: context_window (default 2048, at most the model's training
 // context), max_output (default 1024), max_batch (sequences decoding
 // together, default 8), max_queue (default 4 × max_batch), prefill_chunk
-// (prompt tokens per step, default 256), threads and poll (Config).
+// (prompt tokens per step, default 256), prefix_cache_tokens (KV cells
+// the prefix cache may hold, default 2 × context_window; 0 turns it off),
+// threads and poll (Config).
 // The engine returned is an engine.BatchingChatter.
 func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
 	e, err := r.loadChat(spec)
@@ -181,6 +187,10 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 	if err != nil {
 		return nil, err
 	}
+	prefixTokens, err := intOption(spec.Options, "prefix_cache_tokens", 2*ctxWin, 0, 1<<22)
+	if err != nil {
+		return nil, err
+	}
 	threads, poll, err := r.threads(spec.Options)
 	if err != nil {
 		return nil, err
@@ -193,14 +203,23 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 		lm.Free()
 		return nil, fmt.Errorf("llama.cpp reads %d tokens, the metadata %d", lm.VocabSize(), tok.VocabSize())
 	}
-	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch * ctxWin, Sequences: maxBatch, Batch: chunk + maxBatch,
-		Threads: threads, Poll: poll, Unified: true})
+	cacheIDs := 0
+	if prefixTokens > 0 {
+		cacheIDs = prefixSequences
+	}
+	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch*ctxWin + prefixTokens, Sequences: maxBatch + cacheIDs,
+		Batch: chunk + maxBatch, Threads: threads, Poll: poll, Unified: true})
 	if err != nil {
 		lm.Free()
 		return nil, err
 	}
 	e := &chatEngine{id: spec.ID, model: m, lm: lm}
-	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk})
+	var prefix *prefixCache
+	if cacheIDs > 0 {
+		prefix = newPrefixCache(ctx, maxBatch, cacheIDs, prefixTokens, cellBytes(f))
+		e.prefix = prefix
+	}
+	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk, prefix: prefix})
 	return e, nil
 }
 
@@ -216,8 +235,31 @@ func (e *chatEngine) MaxOutputTokens() int { return e.model.MaxOutput }
 // BatchStats returns the scheduler's counters.
 func (e *chatEngine) BatchStats() engine.BatchStats { return e.sched.stats() }
 
-// PrefixStats returns the prefix cache's counters (none yet: zero).
-func (e *chatEngine) PrefixStats() engine.PrefixStats { return engine.PrefixStats{} }
+// PrefixStats returns the prefix cache's counters (zero when disabled).
+// BlockTokens is 1: entries are whole sequences, matched token by token.
+func (e *chatEngine) PrefixStats() engine.PrefixStats {
+	if e.prefix == nil {
+		return engine.PrefixStats{}
+	}
+	return e.prefix.snapshot()
+}
+
+// cellBytes estimates the bytes of one KV cell (F16 keys and values of
+// every layer) from the metadata; 0 when it does not say.
+func cellBytes(f *gguf.File) int {
+	a := f.Architecture()
+	layers, _ := f.Int(a + ".block_count")
+	embd, _ := f.Int(a + ".embedding_length")
+	heads, _ := f.Int(a + ".attention.head_count")
+	kv, ok := f.Int(a + ".attention.head_count_kv")
+	if !ok {
+		kv = heads
+	}
+	if heads <= 0 || layers <= 0 || embd <= 0 || layers > 1<<12 || embd > 1<<20 {
+		return 0
+	}
+	return int(layers * 2 * kv * (embd / heads) * 2)
+}
 
 // Close stops the scheduler (running requests fail with errEngineClosed)
 // and frees the context and the model.

@@ -45,7 +45,8 @@ type scheduler struct {
 	rows   []*seq     // under turnMu: the turn's scratch
 	parts  []part
 	idx    []int
-	clear  []int
+	clear  []leaver
+	prefix *prefixCache // nil: no prefix cache
 
 	mu       sync.Mutex
 	wake     *sync.Cond
@@ -79,10 +80,18 @@ type seq struct {
 	res     chan seqResult
 
 	// The loop's.
-	slot int // llama.cpp sequence id, -1 before prefill
-	fed  int // prompt tokens decoded
-	pos  int // positions in the KV memory
+	slot int     // llama.cpp sequence id, -1 before prefill
+	fed  int     // prompt tokens decoded
+	pos  int     // positions in the KV memory
+	kv   []int64 // the tokens the KV memory holds, in order
 	out  []float32
+}
+
+// leaver is a sequence id given back in a turn, with the tokens its KV
+// memory holds (for the prefix cache).
+type leaver struct {
+	slot int
+	kv   []int64
 }
 
 type seqResult struct {
@@ -97,10 +106,11 @@ type waiter struct {
 
 type schedConfig struct {
 	maxBatch, maxQueue, chunk int
+	prefix                    *prefixCache
 }
 
 func newScheduler(id string, lctx *Context, c schedConfig) *scheduler {
-	s := &scheduler{id: id, lctx: lctx, chunk: c.chunk, maxBatch: c.maxBatch, maxQueue: c.maxQueue, done: make(chan struct{})}
+	s := &scheduler{id: id, lctx: lctx, chunk: c.chunk, maxBatch: c.maxBatch, maxQueue: c.maxQueue, prefix: c.prefix, done: make(chan struct{})}
 	for i := c.maxBatch - 1; i >= 0; i-- {
 		s.free = append(s.free, i)
 	}
@@ -365,7 +375,7 @@ func (s *scheduler) turn(prefill bool) {
 	s.clear = s.clear[:0]
 	for _, q := range leaving {
 		if q.slot >= 0 {
-			s.clear = append(s.clear, q.slot)
+			s.clear = append(s.clear, leaver{slot: q.slot, kv: q.kv})
 			s.free = append(s.free, q.slot)
 			q.slot = -1
 		}
@@ -401,8 +411,11 @@ func (s *scheduler) turn(prefill bool) {
 	}
 	s.mu.Unlock()
 
-	for _, slot := range s.clear {
-		s.lctx.RemoveSequence(slot, -1, -1)
+	for _, l := range s.clear {
+		if s.prefix != nil {
+			s.prefix.store(l.slot, l.kv)
+		}
+		s.lctx.RemoveSequence(l.slot, -1, -1)
 	}
 	if len(s.rows) == 0 && len(s.parts) == 0 {
 		return
@@ -424,8 +437,15 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 		if q.slot < 0 {
 			q.slot = s.free[len(s.free)-1]
 			s.free = s.free[:len(s.free)-1]
+			q.kv = q.kv[:0]
+			if s.prefix != nil {
+				m := s.prefix.lookup(q.slot, q.prompt)
+				q.fed, q.pos = m, m
+				q.kv = append(q.kv, q.prompt[:m]...)
+			}
 		}
-		end := q.fed + p.n
+		end := min(q.fed+p.n, len(q.prompt))
+		p.n = end - q.fed
 		for j := q.fed; j < end; j++ {
 			k := b.Add(int32(q.prompt[j]), j, q.slot, j == len(q.prompt)-1)
 			if j == len(q.prompt)-1 {
@@ -448,9 +468,11 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 	s.mu.Unlock()
 	for i, q := range rows {
 		if err != nil {
+			q.kv = nil // the memory may hold part of the step
 			q.deliver(seqResult{err: err})
 			continue
 		}
+		q.kv = append(q.kv, q.next)
 		q.pos++
 		q.out = append(q.out[:0], s.lctx.Logits((*idx)[i])...)
 		q.deliver(seqResult{logits: q.out})
@@ -464,9 +486,11 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 				s.running = append(s.running, q) // leaves (and frees its id) once its request closes it
 			}
 			s.mu.Unlock()
+			q.kv = nil
 			q.deliver(seqResult{err: err})
 			continue
 		}
+		q.kv = append(q.kv, q.prompt[q.fed:q.fed+p.n]...)
 		q.fed += p.n
 		q.pos = q.fed
 		if p.last < 0 {
