@@ -20,9 +20,9 @@ const (
 	defaultMaxBatch     = 8
 	defaultQueuePerSlot = 4
 	defaultPrefillChunk = 256
-	// prefixSequences is how many finished sequences the prefix cache
-	// keeps (each under a sequence id of its own).
-	prefixSequences = 8
+	// defaultPrefixSequences is how many finished sequences the prefix
+	// cache keeps (each under a sequence id of its own).
+	defaultPrefixSequences = 8
 	// defaultPoll lets llama.cpp's idle compute threads sleep at once
 	// between decode steps instead of spinning (its default is 50): see
 	// DESIGN.md, "Threads".
@@ -120,7 +120,8 @@ type chatEngine struct {
 // together, default 8), max_queue (default 4 × max_batch), prefill_chunk
 // (prompt tokens per step, default 256), prefix_cache_tokens (KV cells
 // the prefix cache may hold, default 2 × context_window; 0 turns it off),
-// threads and poll (Config).
+// prefix_cache_seqs (finished sequences it keeps, default 8), threads and
+// poll (Config).
 // The engine returned is an engine.BatchingChatter.
 func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
 	e, err := r.loadChat(spec)
@@ -203,9 +204,13 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 		lm.Free()
 		return nil, fmt.Errorf("llama.cpp reads %d tokens, the metadata %d", lm.VocabSize(), tok.VocabSize())
 	}
-	cacheIDs := 0
-	if prefixTokens > 0 {
-		cacheIDs = prefixSequences
+	cacheIDs, err := intOption(spec.Options, "prefix_cache_seqs", defaultPrefixSequences, 1, 128)
+	if err != nil {
+		lm.Free()
+		return nil, err
+	}
+	if prefixTokens == 0 {
+		cacheIDs = 0
 	}
 	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch*ctxWin + prefixTokens, Sequences: maxBatch + cacheIDs,
 		Batch: chunk + maxBatch, Threads: threads, Poll: poll, Unified: true})

@@ -55,7 +55,7 @@ func TestPrefixCacheFollowUp(t *testing.T) {
 		}
 	}
 	st := on.PrefixStats()
-	if st.Evictions == 0 || st.Bytes > st.BudgetBytes || st.Blocks > prefixSequences {
+	if st.Evictions == 0 || st.Bytes > st.BudgetBytes || st.Blocks > defaultPrefixSequences {
 		t.Fatalf("after 12 conversations: %+v", st)
 	}
 	t.Logf("stats %+v", st)
