@@ -23,6 +23,9 @@ type Model struct {
 // LoadModel loads the GGUF file at path with the library's default model
 // parameters (CPU, weights mmap'd).
 func (l *Lib) LoadModel(path string) (*Model, error) {
+	if !l.open() {
+		return nil, errClosed
+	}
 	p := l.modelParams()
 	cp := p.cbytes()
 	defer C.free(cp)
@@ -32,6 +35,7 @@ func (l *Lib) LoadModel(path string) (*Model, error) {
 	if m == nil {
 		return nil, fmt.Errorf("llama: llama.cpp could not load %s (its log above says why)", path)
 	}
+	l.hold()
 	mod := &Model{lib: l, m: m}
 	mod.vocab = unsafe.Pointer(C.lm_vocab(l.api, m))
 	mod.nVoc = int(C.lm_n_vocab(l.api, mod.vocab))
@@ -44,6 +48,7 @@ func (m *Model) Free() {
 	if m.m != nil {
 		C.lm_model_free(m.lib.api, m.m)
 		m.m = nil
+		m.lib.release()
 	}
 }
 
@@ -94,6 +99,9 @@ func (m *Model) Piece(id int32, special bool) []byte {
 // Quantize writes src quantised to ftype (a llama_ftype: 2 Q4_0, 7 Q8_0,
 // 15 Q4_K_M, ...) into dst with llama_model_quantize.
 func (l *Lib) Quantize(src, dst string, ftype, threads int) error {
+	if !l.open() {
+		return errClosed
+	}
 	p := l.quantParams()
 	p.setInt("ftype", int32(ftype))
 	p.setInt("nthread", int32(threads))
