@@ -100,6 +100,7 @@ func (e *engines) llamaRuntime() (*llama.Runtime, error) {
 		return nil, fmt.Errorf("%w (run `make assets` or set SERVICE_LLAMA_DIR)", err)
 	}
 	e.llama = rt
+	e.log.Info("llama.cpp loaded", "dir", e.cfg.LlamaDir, "version", rt.Version())
 	return rt, nil
 }
 

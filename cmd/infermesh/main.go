@@ -30,6 +30,8 @@ Usage:
   infermesh models import DIR|FILE.gguf  install a model folder or a GGUF file into a node's data dir
   infermesh models list [--data-dir DIR] [--format json]
                                    list the models installed in a data dir
+  infermesh models quantize SRC.gguf DST.gguf TYPE
+                                   quantise a GGUF file with llama.cpp (q8_0, q4_0, q4_k_m, ...)
   infermesh models rm ID           remove an installed model (through the node running on this
                                    computer, else directly from --data-dir)
   infermesh pull [--node URL] [--to NODE_ID] KEY

@@ -168,16 +168,8 @@ func (c *Context) CopySequence(src, dst, from, to int) {
 	C.lm_seq_cp(c.model.lib.api, c.c, C.int32_t(src), C.int32_t(dst), C.int32_t(from), C.int32_t(to))
 }
 
-// SequenceEnd is the last position seq holds in the KV memory (-1: none).
-func (c *Context) SequenceEnd(seq int) int {
-	return int(C.lm_seq_pos_max(c.model.lib.api, c.c, C.int32_t(seq)))
-}
-
 // Clear empties the KV memory of every sequence.
 func (c *Context) Clear() { C.lm_mem_clear(c.model.lib.api, c.c) }
-
-// ContextSize is the context's n_ctx as llama.cpp set it.
-func (c *Context) ContextSize() int { return int(C.lm_n_ctx(c.model.lib.api, c.c)) }
 
 // Batch is a llama_batch in C memory with one sequence id per token.
 type Batch struct {
@@ -212,12 +204,6 @@ func (b *Batch) free() {
 	b.c = C.lm_batch{}
 	b.seqs = nil
 }
-
-// Len is the number of tokens added.
-func (b *Batch) Len() int { return b.n }
-
-// Cap is the most tokens the batch takes.
-func (b *Batch) Cap() int { return b.max }
 
 // Add appends token id at position pos of sequence seq; logits asks for
 // its output row. It returns the token's index in the batch.

@@ -11,6 +11,7 @@ import (
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/chat"
 	"github.com/infermesh/infermesh/node/engine/gguf"
+	"github.com/infermesh/infermesh/node/engine/tokenizer"
 )
 
 // Engine defaults.
@@ -23,10 +24,6 @@ const (
 	// defaultPrefixSequences is how many finished sequences the prefix
 	// cache keeps (each under a sequence id of its own).
 	defaultPrefixSequences = 8
-	// defaultPoll lets llama.cpp's idle compute threads sleep at once
-	// between decode steps instead of spinning (its default is 50): see
-	// DESIGN.md, "Threads".
-	defaultPoll = 0
 )
 
 // errEngineClosed fails requests of an engine being closed.
@@ -61,10 +58,11 @@ func NewRuntime(dir string, cfg Config) (*Runtime, error) {
 	return &Runtime{lib: lib, cfg: cfg}, nil
 }
 
-// Lib is the runtime's library.
-func (r *Runtime) Lib() *Lib { return r.lib }
+// Version is the llama.cpp version of the runtime's library.
+func (r *Runtime) Version() string { return r.lib.Version() }
 
-// Close releases the runtime; its engines must be closed first.
+// Close releases the runtime (the library stays until its engines are
+// closed too).
 func (r *Runtime) Close() { r.lib.Close() }
 
 // defaultThreads is half the CPUs, at least one. ggml's compute threads
@@ -200,9 +198,9 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if lm.VocabSize() < tok.VocabSize() {
+	if err := checkTokens(lm, tok); err != nil {
 		lm.Free()
-		return nil, fmt.Errorf("llama.cpp reads %d tokens, the metadata %d", lm.VocabSize(), tok.VocabSize())
+		return nil, err
 	}
 	cacheIDs, err := intOption(spec.Options, "prefix_cache_seqs", defaultPrefixSequences, 1, 128)
 	if err != nil {
@@ -307,4 +305,23 @@ func (e *chatEngine) Chat(ctx context.Context, req engine.ChatRequest, onDelta f
 		return resp, ctx.Err()
 	}
 	return resp, err
+}
+
+// checkTokens refuses a tokenizer built from the metadata that disagrees
+// with llama.cpp's own reading of the vocabulary: the vocabulary size and
+// every ordinary token's bytes (llama_token_to_piece) must match, so the
+// text the engine streams is the text the model's tokens mean.
+func checkTokens(lm *Model, tok *tokenizer.Tokenizer) error {
+	if lm.VocabSize() != tok.VocabSize() {
+		return fmt.Errorf("llama.cpp reads %d tokens, the tokenizer built from the metadata %d", lm.VocabSize(), tok.VocabSize())
+	}
+	for id := range tok.VocabSize() {
+		if tok.IsSpecial(int64(id)) {
+			continue
+		}
+		if got, want := tok.TokenBytes(int64(id)), lm.Piece(int32(id), false); string(got) != string(want) {
+			return fmt.Errorf("token %d is %q to the tokenizer built from the metadata but %q to llama.cpp", id, got, want)
+		}
+	}
+	return nil
 }

@@ -93,9 +93,6 @@ func Open(dir string) (*Lib, error) {
 // Version is llama_version(): the llama.cpp version the library was built from.
 func (l *Lib) Version() string { return l.version }
 
-// Dir is the directory the library was loaded from.
-func (l *Lib) Dir() string { return l.dir }
-
 // Close drops Open's reference: the function table is freed once every
 // model loaded from the library is freed too, so closing the library
 // before its engines is safe.
@@ -140,6 +137,3 @@ func (l *Lib) releaseLocked() {
 
 // errClosed is returned by calls on a freed model or context.
 var errClosed = errors.New("llama: use of a closed library or a freed model or context")
-
-// ctxDefault writes llama_context_default_params() to p (for tests).
-func (l *Lib) ctxDefault(p unsafe.Pointer) { C.lm_ctx_default(l.api, p) }
