@@ -45,7 +45,7 @@ type Config struct {
 	// libggml, libggml-base, libggml-cpu-*), for GGUF models.
 	LlamaDir string
 	// LlamaThreads is the number of compute threads of each GGUF model
-	// (0: one per CPU).
+	// (0: half the CPUs, at least one).
 	LlamaThreads int
 	// LlamaPoll is how busily llama.cpp's idle compute threads wait for
 	// the next step, 0-100 (0: they sleep at once; llama.cpp's own

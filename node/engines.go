@@ -100,6 +100,7 @@ func (e *engines) llamaRuntime() (*llama.Runtime, error) {
 		return nil, fmt.Errorf("%w (run `make assets` or set SERVICE_LLAMA_DIR)", err)
 	}
 	e.llama = rt
+	e.log.Info("llama.cpp loaded", "dir", e.cfg.LlamaDir, "version", rt.Version())
 	return rt, nil
 }
 
@@ -221,6 +222,8 @@ func (e *engines) load(m *models.Manifest) (engine.Engine, error) {
 			switch spec.Task {
 			case engine.TaskChat:
 				eng, err = rt.LoadChat(spec)
+			case engine.TaskEmbeddings:
+				eng, err = rt.LoadEmbedder(spec)
 			default:
 				err = fmt.Errorf("the gguf runtime has no pipeline for task %q", spec.Task)
 			}

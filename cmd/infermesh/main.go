@@ -30,6 +30,8 @@ Usage:
   infermesh models import DIR|FILE.gguf  install a model folder or a GGUF file into a node's data dir
   infermesh models list [--data-dir DIR] [--format json]
                                    list the models installed in a data dir
+  infermesh models quantize SRC.gguf DST.gguf TYPE
+                                   quantise a GGUF file with llama.cpp (q8_0, q4_0, q4_k_m, ...)
   infermesh models rm ID           remove an installed model (through the node running on this
                                    computer, else directly from --data-dir)
   infermesh pull [--node URL] [--to NODE_ID] KEY
@@ -118,7 +120,7 @@ func serveFlags(cfg *node.Config, logLevel *string) *envFlags {
 	f.Bool(&cfg.Dashboard, "dashboard", "SERVICE_DASHBOARD", cfg.Dashboard, "serve /dashboard")
 	f.String(&cfg.ORTLibrary, "ort-library", "SERVICE_ORT_LIBRARY", cfg.ORTLibrary, "path of libonnxruntime.so")
 	f.String(&cfg.LlamaDir, "llama-dir", "SERVICE_LLAMA_DIR", cfg.LlamaDir, "folder of llama.cpp's shared libraries, for GGUF models")
-	f.Int(&cfg.LlamaThreads, "llama-threads", "SERVICE_LLAMA_THREADS", cfg.LlamaThreads, "compute threads of each GGUF model (0: one per CPU)")
+	f.Int(&cfg.LlamaThreads, "llama-threads", "SERVICE_LLAMA_THREADS", cfg.LlamaThreads, "compute threads of each GGUF model (0: half the CPUs, at least one)")
 	f.Int(&cfg.LlamaPoll, "llama-poll", "SERVICE_LLAMA_POLL", cfg.LlamaPoll, "how busily llama.cpp's idle threads wait for the next step, 0-100 (0: sleep at once; llama.cpp's default 50 spins first)")
 	f.Int(&cfg.IntraOpThreads, "intra-op-threads", "SERVICE_INTRA_OP_THREADS", cfg.IntraOpThreads, "threads per ONNX Runtime session run (0: per pipeline: embeddings 1 per run and one run per core, others the runtime pool; -1: the runtime pool everywhere)")
 	f.String(&cfg.MemoryArena, "memory-arena", "SERVICE_MEMORY_ARENA", cfg.MemoryArena, "ONNX Runtime's CPU memory arena for models that set no memory_arena option: on keeps each model's largest run memory until unload, off returns it after every run, a duration (5m) keeps it and returns it once a model had no run for that long (background removal)")

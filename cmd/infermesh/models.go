@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/infermesh/infermesh/node"
+	"github.com/infermesh/infermesh/node/engine/llama"
 	"github.com/infermesh/infermesh/node/models"
 )
 
@@ -26,7 +28,7 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case "import", "list", "rm":
+	case "import", "list", "rm", "quantize":
 	default:
 		fmt.Fprintf(stderr, "infermesh models: unknown command %q\n\n%s", args[0], usage)
 		return 2
@@ -34,6 +36,7 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 	cfg := node.Defaults()
 	f := newEnvFlags("models " + args[0])
 	f.String(&cfg.DataDir, "data-dir", "SERVICE_DATA_DIR", cfg.DataDir, "data directory (models, state)")
+	f.String(&cfg.LlamaDir, "llama-dir", "SERVICE_LLAMA_DIR", cfg.LlamaDir, "folder of llama.cpp's shared libraries (quantize)")
 	base := nodeFlag(f)
 	format := formatFlag(f)
 	f.fs.SetOutput(stderr)
@@ -57,6 +60,13 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 	if len(f.errs) > 0 {
 		fmt.Fprintf(stderr, "infermesh models %s: bad environment:\n  %s\n", sub, strings.Join(f.errs, "\n  "))
 		return 2
+	}
+	if sub == "quantize" {
+		if len(pos) != 3 {
+			fmt.Fprintf(stderr, "infermesh models quantize: want SRC.gguf DST.gguf TYPE\n\n%s", usage)
+			return 2
+		}
+		return quantizeGGUF(cfg.LlamaDir, pos[0], pos[1], pos[2], stdout, stderr)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	store, err := models.Open(filepath.Join(cfg.DataDir, "models"), log, time.Now)
@@ -108,4 +118,30 @@ func modelsCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
+}
+
+// quantizeGGUF writes src quantised to typ (q8_0, q4_0, q4_k_m, ...) into
+// dst with llama.cpp's llama_model_quantize, from the libraries in dir.
+func quantizeGGUF(dir, src, dst, typ string, stdout, stderr io.Writer) int {
+	ftype, ok := llama.FileTypes()[strings.ToLower(typ)]
+	if !ok {
+		fmt.Fprintf(stderr, "infermesh models quantize: unknown type %q (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q4_k_s, q5_k_m, q6_k, f16)\n", typ)
+		return 2
+	}
+	if _, err := models.CheckGGUF(src); err != nil {
+		fmt.Fprintf(stderr, "infermesh models quantize: %v\n", err)
+		return 1
+	}
+	lib, err := llama.Open(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "infermesh models quantize: %v\n", err)
+		return 1
+	}
+	defer lib.Close()
+	if err := lib.Quantize(src, dst, ftype, runtime.NumCPU()); err != nil {
+		fmt.Fprintf(stderr, "infermesh models quantize: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s)\n", dst, strings.ToLower(typ))
+	return 0
 }

@@ -44,8 +44,27 @@ func (s convStats) share() float64 { return float64(s.stayed) / float64(s.follow
 // It needs the dispatcher to pass the request's prefix hashes to routing
 // and the chat path to record served conversations (see node/prefix).
 func TestPrefixRoutingKeepsConversations(t *testing.T) {
-	rr := runConversations(t, "round-robin", "127.0.50.")
-	px := runConversations(t, "prefix", "127.0.51.")
+	checkPrefixRouting(t, tinyLlamaConv, "127.0.50.", "127.0.51.")
+}
+
+// TestPrefixRoutingKeepsGGUFConversations is the same workload on the
+// generated GGUF chat model (llama.cpp engine, its prefix cache on
+// llama.cpp's sequence memory).
+func TestPrefixRoutingKeepsGGUFConversations(t *testing.T) {
+	checkPrefixRouting(t, convModel{asset: "tiny-gguf", wire: "tiny-gguf:test", id: "gguf/tiny-gguf/test"}, "127.0.92.", "127.0.93.")
+}
+
+// convModel names the chat model a conversation workload runs on.
+type convModel struct{ asset, wire, id string }
+
+var tinyLlamaConv = convModel{asset: "tiny-llama", wire: "tiny-llama:test", id: "onnx/tiny-llama/test"}
+
+// checkPrefixRouting runs the workload with round-robin and with the
+// prefix strategy on two 3-node meshes (addresses ipRR*, ipPX*) and checks
+// the prefix strategy keeps follow-ups on their node.
+func checkPrefixRouting(t *testing.T, model convModel, ipRR, ipPX string) {
+	rr := runConversations(t, model, "round-robin", ipRR)
+	px := runConversations(t, model, "prefix", ipPX)
 	mean := func(s convStats) time.Duration { return s.followUpTTFT / time.Duration(s.followUps) }
 	t.Logf("follow-up turns on the previous turn's node: prefix %d/%d = %.1f%%, round-robin %d/%d = %.1f%%",
 		px.stayed, px.followUps, 100*px.share(), rr.stayed, rr.followUps, 100*rr.share())
@@ -72,7 +91,7 @@ func TestPrefixRoutingKeepsConversations(t *testing.T) {
 
 // runConversations starts a 3-node mesh with the strategy and runs the
 // workload on it; the nodes stop when the test ends.
-func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
+func runConversations(t *testing.T, model convModel, strategy, ipPrefix string) convStats {
 	t.Helper()
 	var ps []*proc
 	for i := 1; i <= 3; i++ {
@@ -80,7 +99,7 @@ func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
 		if i > 1 {
 			join = ipPrefix + "1:17946"
 		}
-		n := meshNode{fmt.Sprintf("%s-%d", strategy, i), fmt.Sprintf("%s%d", ipPrefix, i), []string{"tiny-llama"}}
+		n := meshNode{fmt.Sprintf("%s-%d", strategy, i), fmt.Sprintf("%s%d", ipPrefix, i), []string{model.asset}}
 		ps = append(ps, startMeshNode(t, n, join, "--strategy", strategy))
 	}
 	waitMembers(t, ps, 3)
@@ -127,7 +146,7 @@ func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
 			var resp *http.Response
 			start := time.Now()
 			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-				Model: "tiny-llama:test", Messages: history[c], Temperature: openai.Float(0), MaxTokens: openai.Int(8),
+				Model: model.wire, Messages: history[c], Temperature: openai.Float(0), MaxTokens: openai.Int(8),
 			}, option.WithResponseInto(&resp), capture)
 			var acc openai.ChatCompletionAccumulator
 			var ttft time.Duration
@@ -146,7 +165,7 @@ func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
 			mu.Lock()
 			body := lastBody
 			mu.Unlock()
-			hashes := prefix.RequestHashes("onnx/tiny-llama/test", body)
+			hashes := prefix.RequestHashes(model.id, body)
 			if len(hashes) != len(history[c]) {
 				t.Fatalf("%s: %d prefix hashes for %d messages", strategy, len(hashes), len(history[c]))
 			}
@@ -167,7 +186,7 @@ func runConversations(t *testing.T, strategy, ipPrefix string) convStats {
 			if err != nil {
 				t.Fatal(err)
 			}
-			all := prefix.Hashes("onnx/tiny-llama/test", nil, append(slices.Clone(msgs), prefix.Message{Role: "assistant", Content: msg.Content}))
+			all := prefix.Hashes(model.id, nil, append(slices.Clone(msgs), prefix.Message{Role: "assistant", Content: msg.Content}))
 			recorded[c] = all[len(all)-1]
 			history[c] = append(history[c], msg.ToParam())
 		}

@@ -213,7 +213,7 @@ def main():
         "license": "MIT",
         "source": "testdata/models/gen_tiny_gguf.py",
         "files": {"model": "model.gguf"},
-        "options": {"context_window": "2048", "max_output": "512"},
+        "options": {"context_window": "2048", "max_output": "512", "prefix_cache_tokens": "16384", "prefix_cache_seqs": "16"},
     }
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)

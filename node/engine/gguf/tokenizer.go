@@ -12,6 +12,7 @@ import (
 const (
 	tokenControl     = 3
 	tokenUserDefined = 4
+	tokenUnused      = 5
 )
 
 // Pre-tokenizer patterns of the byte-level BPE vocabularies, by
@@ -77,9 +78,13 @@ func (f *File) Tokenizer() (*tokenizer.Tokenizer, TokenizerInfo, error) {
 			return nil, info, fmt.Errorf("gguf: token %q appears twice in tokenizer.ggml.tokens", t)
 		}
 		vocab[t] = int64(i)
-		if types != nil && (types[i] == tokenControl || types[i] == tokenUserDefined) {
+		// Control tokens are special (skipped when decoding); so are
+		// unused ones, which llama.cpp renders as nothing. (An unused
+		// token's text written in a prompt is matched as that token here,
+		// where llama.cpp would spell it out: no real prompt does that.)
+		if types != nil && (types[i] == tokenControl || types[i] == tokenUserDefined || types[i] == tokenUnused) {
 			added = append(added, map[string]any{"id": i, "content": t, "single_word": false, "lstrip": false,
-				"rstrip": false, "normalized": false, "special": types[i] == tokenControl})
+				"rstrip": false, "normalized": false, "special": types[i] != tokenUserDefined})
 		}
 	}
 	merges := make([][2]string, 0, len(mv.Strs))

@@ -40,6 +40,13 @@ type ContextConfig struct {
 	Embeddings bool
 	// Pooling is the pooling for Embeddings (Pooling*).
 	Pooling int
+	// Unified puts every sequence's keys and values in one buffer of
+	// Context cells (kv_unified) instead of a stream of Context/Sequences
+	// cells per sequence. A decode over several separate streams is
+	// split into one pass per run of consecutive sequence ids, so a batch
+	// whose sequences are not 0..n-1 in order costs several passes over
+	// the weights; a unified buffer always takes one.
+	Unified bool
 }
 
 // Context is a llama_context with its own thread pool and a reusable
@@ -67,6 +74,7 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	p.setInt("n_threads_batch", int32(cfg.Threads))
 	p.setBool("embeddings", cfg.Embeddings)
 	p.setBool("no_perf", true)
+	p.setBool("kv_unified", cfg.Unified)
 	if cfg.Embeddings {
 		p.setInt("pooling_type", int32(cfg.Pooling))
 	}
@@ -160,16 +168,8 @@ func (c *Context) CopySequence(src, dst, from, to int) {
 	C.lm_seq_cp(c.model.lib.api, c.c, C.int32_t(src), C.int32_t(dst), C.int32_t(from), C.int32_t(to))
 }
 
-// SequenceEnd is the last position seq holds in the KV memory (-1: none).
-func (c *Context) SequenceEnd(seq int) int {
-	return int(C.lm_seq_pos_max(c.model.lib.api, c.c, C.int32_t(seq)))
-}
-
 // Clear empties the KV memory of every sequence.
 func (c *Context) Clear() { C.lm_mem_clear(c.model.lib.api, c.c) }
-
-// ContextSize is the context's n_ctx as llama.cpp set it.
-func (c *Context) ContextSize() int { return int(C.lm_n_ctx(c.model.lib.api, c.c)) }
 
 // Batch is a llama_batch in C memory with one sequence id per token.
 type Batch struct {
@@ -204,12 +204,6 @@ func (b *Batch) free() {
 	b.c = C.lm_batch{}
 	b.seqs = nil
 }
-
-// Len is the number of tokens added.
-func (b *Batch) Len() int { return b.n }
-
-// Cap is the most tokens the batch takes.
-func (b *Batch) Cap() int { return b.max }
 
 // Add appends token id at position pos of sequence seq; logits asks for
 // its output row. It returns the token's index in the batch.

@@ -11,6 +11,7 @@ import (
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/chat"
 	"github.com/infermesh/infermesh/node/engine/gguf"
+	"github.com/infermesh/infermesh/node/engine/tokenizer"
 )
 
 // Engine defaults.
@@ -20,10 +21,9 @@ const (
 	defaultMaxBatch     = 8
 	defaultQueuePerSlot = 4
 	defaultPrefillChunk = 256
-	// defaultPoll lets llama.cpp's idle compute threads sleep at once
-	// between decode steps instead of spinning (its default is 50): see
-	// DESIGN.md, "Threads".
-	defaultPoll = 0
+	// defaultPrefixSequences is how many finished sequences the prefix
+	// cache keeps (each under a sequence id of its own).
+	defaultPrefixSequences = 8
 )
 
 // errEngineClosed fails requests of an engine being closed.
@@ -32,7 +32,7 @@ var errEngineClosed = errors.New("llama: engine is closed")
 // Config is the node's setting of the GGUF runtime.
 type Config struct {
 	// Threads is the number of compute threads of each model's context
-	// (0: one per CPU).
+	// (0: half the CPUs, at least one; see defaultThreads).
 	Threads int
 	// Poll is how busily idle compute threads wait for the next step,
 	// 0-100 (ggml's poll level; 0: sleep at once, llama.cpp's own default
@@ -58,11 +58,20 @@ func NewRuntime(dir string, cfg Config) (*Runtime, error) {
 	return &Runtime{lib: lib, cfg: cfg}, nil
 }
 
-// Lib is the runtime's library.
-func (r *Runtime) Lib() *Lib { return r.lib }
+// Version is the llama.cpp version of the runtime's library.
+func (r *Runtime) Version() string { return r.lib.Version() }
 
-// Close releases the runtime; its engines must be closed first.
+// Close releases the runtime (the library stays until its engines are
+// closed too).
 func (r *Runtime) Close() { r.lib.Close() }
+
+// defaultThreads is half the CPUs, at least one. ggml's compute threads
+// spin-wait for each other at every operator of a step, so a thread that
+// loses its core stalls the others: with the cores shared, one thread
+// beats two by 10x on the 2-core reference machine (BenchmarkGGUFThreads:
+// 55 tok/s against 5.6 at load average 9), and half the cores leaves room
+// for the request goroutines, HTTP and other models.
+func defaultThreads() int { return max(1, runtime.NumCPU()/2) }
 
 // intOption reads an integer model option in [lo, hi] (def when unset).
 func intOption(options map[string]string, key string, def, lo, hi int) (int, error) {
@@ -81,7 +90,7 @@ func intOption(options map[string]string, key string, def, lo, hi int) (int, err
 func (r *Runtime) threads(opts map[string]string) (threads, poll int, err error) {
 	def := r.cfg.Threads
 	if def == 0 {
-		def = runtime.NumCPU()
+		def = defaultThreads()
 	}
 	if threads, err = intOption(opts, "threads", def, 1, 512); err != nil {
 		return 0, 0, err
@@ -94,10 +103,11 @@ func (r *Runtime) threads(opts map[string]string) (threads, poll int, err error)
 // and generation loop (package chat) over llama.cpp's logits, one context
 // per model driven by a continuous-batching scheduler.
 type chatEngine struct {
-	id    string
-	model *chat.Model
-	lm    *Model
-	sched *scheduler
+	id     string
+	model  *chat.Model
+	lm     *Model
+	sched  *scheduler
+	prefix *prefixCache // nil: disabled
 }
 
 // LoadChat builds a chat engine from spec: Files["model"] is a GGUF file
@@ -106,7 +116,10 @@ type chatEngine struct {
 // Options: context_window (default 2048, at most the model's training
 // context), max_output (default 1024), max_batch (sequences decoding
 // together, default 8), max_queue (default 4 × max_batch), prefill_chunk
-// (prompt tokens per step, default 256), threads and poll (Config).
+// (prompt tokens per step, default 256), prefix_cache_tokens (KV cells
+// the prefix cache may hold, default 2 × context_window; 0 turns it off),
+// prefix_cache_seqs (finished sequences it keeps, default 8), threads and
+// poll (Config).
 // The engine returned is an engine.BatchingChatter.
 func (r *Runtime) LoadChat(spec engine.Spec) (engine.Chatter, error) {
 	e, err := r.loadChat(spec)
@@ -173,6 +186,10 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 	if err != nil {
 		return nil, err
 	}
+	prefixTokens, err := intOption(spec.Options, "prefix_cache_tokens", 2*ctxWin, 0, 1<<22)
+	if err != nil {
+		return nil, err
+	}
 	threads, poll, err := r.threads(spec.Options)
 	if err != nil {
 		return nil, err
@@ -181,18 +198,31 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if lm.VocabSize() < tok.VocabSize() {
+	if err := checkTokens(lm, tok); err != nil {
 		lm.Free()
-		return nil, fmt.Errorf("llama.cpp reads %d tokens, the metadata %d", lm.VocabSize(), tok.VocabSize())
+		return nil, err
 	}
-	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch * ctxWin, Sequences: maxBatch, Batch: chunk + maxBatch,
-		Threads: threads, Poll: poll})
+	cacheIDs, err := intOption(spec.Options, "prefix_cache_seqs", defaultPrefixSequences, 1, 128)
+	if err != nil {
+		lm.Free()
+		return nil, err
+	}
+	if prefixTokens == 0 {
+		cacheIDs = 0
+	}
+	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch*ctxWin + prefixTokens, Sequences: maxBatch + cacheIDs,
+		Batch: chunk + maxBatch, Threads: threads, Poll: poll, Unified: true})
 	if err != nil {
 		lm.Free()
 		return nil, err
 	}
 	e := &chatEngine{id: spec.ID, model: m, lm: lm}
-	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk})
+	var prefix *prefixCache
+	if cacheIDs > 0 {
+		prefix = newPrefixCache(ctx, maxBatch, cacheIDs, prefixTokens, cellBytes(f))
+		e.prefix = prefix
+	}
+	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk, prefix: prefix})
 	return e, nil
 }
 
@@ -208,8 +238,31 @@ func (e *chatEngine) MaxOutputTokens() int { return e.model.MaxOutput }
 // BatchStats returns the scheduler's counters.
 func (e *chatEngine) BatchStats() engine.BatchStats { return e.sched.stats() }
 
-// PrefixStats returns the prefix cache's counters (none yet: zero).
-func (e *chatEngine) PrefixStats() engine.PrefixStats { return engine.PrefixStats{} }
+// PrefixStats returns the prefix cache's counters (zero when disabled).
+// BlockTokens is 1: entries are whole sequences, matched token by token.
+func (e *chatEngine) PrefixStats() engine.PrefixStats {
+	if e.prefix == nil {
+		return engine.PrefixStats{}
+	}
+	return e.prefix.snapshot()
+}
+
+// cellBytes estimates the bytes of one KV cell (F16 keys and values of
+// every layer) from the metadata; 0 when it does not say.
+func cellBytes(f *gguf.File) int {
+	a := f.Architecture()
+	layers, _ := f.Int(a + ".block_count")
+	embd, _ := f.Int(a + ".embedding_length")
+	heads, _ := f.Int(a + ".attention.head_count")
+	kv, ok := f.Int(a + ".attention.head_count_kv")
+	if !ok {
+		kv = heads
+	}
+	if heads <= 0 || layers <= 0 || embd <= 0 || layers > 1<<12 || embd > 1<<20 {
+		return 0
+	}
+	return int(layers * 2 * kv * (embd / heads) * 2)
+}
 
 // Close stops the scheduler (running requests fail with errEngineClosed)
 // and frees the context and the model.
@@ -252,4 +305,23 @@ func (e *chatEngine) Chat(ctx context.Context, req engine.ChatRequest, onDelta f
 		return resp, ctx.Err()
 	}
 	return resp, err
+}
+
+// checkTokens refuses a tokenizer built from the metadata that disagrees
+// with llama.cpp's own reading of the vocabulary: the vocabulary size and
+// every ordinary token's bytes (llama_token_to_piece) must match, so the
+// text the engine streams is the text the model's tokens mean.
+func checkTokens(lm *Model, tok *tokenizer.Tokenizer) error {
+	if lm.VocabSize() != tok.VocabSize() {
+		return fmt.Errorf("llama.cpp reads %d tokens, the tokenizer built from the metadata %d", lm.VocabSize(), tok.VocabSize())
+	}
+	for id := range tok.VocabSize() {
+		if tok.IsSpecial(int64(id)) {
+			continue
+		}
+		if got, want := tok.TokenBytes(int64(id)), lm.Piece(int32(id), false); string(got) != string(want) {
+			return fmt.Errorf("token %d is %q to the tokenizer built from the metadata but %q to llama.cpp", id, got, want)
+		}
+	}
+	return nil
 }

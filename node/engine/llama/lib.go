@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"unsafe"
 )
 
@@ -44,6 +45,9 @@ type Lib struct {
 	dir     string
 	version string
 	layout  layout
+
+	mu   sync.Mutex
+	refs int // Open's own reference plus one per loaded model
 }
 
 // Open loads libllama and libggml from dir, loads the CPU backend that
@@ -76,7 +80,7 @@ func Open(dir string) (*Lib, error) {
 		C.free(unsafe.Pointer(api))
 		return nil, fmt.Errorf("llama: %s: %s", dir, C.GoString(msg))
 	}
-	l := &Lib{api: api, dir: dir, version: C.GoString(C.lm_version(api))}
+	l := &Lib{api: api, dir: dir, version: C.GoString(C.lm_version(api)), refs: 1}
 	lay, err := l.checkLayout()
 	if err != nil {
 		C.free(unsafe.Pointer(api))
@@ -89,19 +93,47 @@ func Open(dir string) (*Lib, error) {
 // Version is llama_version(): the llama.cpp version the library was built from.
 func (l *Lib) Version() string { return l.version }
 
-// Dir is the directory the library was loaded from.
-func (l *Lib) Dir() string { return l.dir }
-
-// Close frees the function table. Models and contexts must be freed first.
+// Close drops Open's reference: the function table is freed once every
+// model loaded from the library is freed too, so closing the library
+// before its engines is safe.
 func (l *Lib) Close() {
-	if l.api != nil {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs == 0 {
+		return
+	}
+	l.refs--
+	l.releaseLocked()
+}
+
+// open reports whether Close has not been called yet.
+func (l *Lib) open() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.api != nil && l.refs > 0
+}
+
+// hold takes a reference for a loaded model.
+func (l *Lib) hold() {
+	l.mu.Lock()
+	l.refs++
+	l.mu.Unlock()
+}
+
+// release drops a model's reference.
+func (l *Lib) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refs--
+	l.releaseLocked()
+}
+
+func (l *Lib) releaseLocked() {
+	if l.refs == 0 && l.api != nil {
 		C.free(unsafe.Pointer(l.api))
 		l.api = nil
 	}
 }
 
 // errClosed is returned by calls on a freed model or context.
-var errClosed = errors.New("llama: use of a freed model or context")
-
-// ctxDefault writes llama_context_default_params() to p (for tests).
-func (l *Lib) ctxDefault(p unsafe.Pointer) { C.lm_ctx_default(l.api, p) }
+var errClosed = errors.New("llama: use of a closed library or a freed model or context")

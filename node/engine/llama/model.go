@@ -23,6 +23,9 @@ type Model struct {
 // LoadModel loads the GGUF file at path with the library's default model
 // parameters (CPU, weights mmap'd).
 func (l *Lib) LoadModel(path string) (*Model, error) {
+	if !l.open() {
+		return nil, errClosed
+	}
 	p := l.modelParams()
 	cp := p.cbytes()
 	defer C.free(cp)
@@ -32,6 +35,7 @@ func (l *Lib) LoadModel(path string) (*Model, error) {
 	if m == nil {
 		return nil, fmt.Errorf("llama: llama.cpp could not load %s (its log above says why)", path)
 	}
+	l.hold()
 	mod := &Model{lib: l, m: m}
 	mod.vocab = unsafe.Pointer(C.lm_vocab(l.api, m))
 	mod.nVoc = int(C.lm_n_vocab(l.api, mod.vocab))
@@ -44,6 +48,7 @@ func (m *Model) Free() {
 	if m.m != nil {
 		C.lm_model_free(m.lib.api, m.m)
 		m.m = nil
+		m.lib.release()
 	}
 }
 
@@ -94,6 +99,9 @@ func (m *Model) Piece(id int32, special bool) []byte {
 // Quantize writes src quantised to ftype (a llama_ftype: 2 Q4_0, 7 Q8_0,
 // 15 Q4_K_M, ...) into dst with llama_model_quantize.
 func (l *Lib) Quantize(src, dst string, ftype, threads int) error {
+	if !l.open() {
+		return errClosed
+	}
 	p := l.quantParams()
 	p.setInt("ftype", int32(ftype))
 	p.setInt("nthread", int32(threads))
@@ -106,4 +114,10 @@ func (l *Lib) Quantize(src, dst string, ftype, threads int) error {
 		return fmt.Errorf("llama: quantize %s to type %d failed (%d)", src, ftype, rc)
 	}
 	return nil
+}
+
+// FileTypes maps GGUF file type names to llama_ftype values, for Quantize.
+func FileTypes() map[string]int {
+	return map[string]int{"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_s": 11,
+		"q3_k_m": 12, "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18}
 }

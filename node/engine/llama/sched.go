@@ -37,9 +37,16 @@ const prefillGrace = 20 * time.Millisecond
 // engine.BusyError.
 type scheduler struct {
 	id    string
-	lctx  *Context // the loop's
 	chunk int
-	free  []int // free sequence ids (the loop's)
+
+	turnMu sync.Mutex // held by whoever runs a turn (the loop or an inline step)
+	lctx   *Context   // under turnMu
+	free   []int      // under turnMu: free sequence ids
+	rows   []*seq     // under turnMu: the turn's scratch
+	parts  []part
+	idx    []int
+	clear  []leaver
+	prefix *prefixCache // nil: no prefix cache
 
 	mu       sync.Mutex
 	wake     *sync.Cond
@@ -52,8 +59,10 @@ type scheduler struct {
 	prefillQ []*seq // prompts handed over, oldest first
 	held     time.Time
 	counts   engine.BatchStats
-	done     chan struct{}
-	stopped  bool // close was called
+	// decodeTime is the time spent in llama_decode since load.
+	decodeTime time.Duration
+	done       chan struct{}
+	stopped    bool // close was called
 }
 
 // seq is one admitted request's sequence.
@@ -71,10 +80,18 @@ type seq struct {
 	res     chan seqResult
 
 	// The loop's.
-	slot int // llama.cpp sequence id, -1 before prefill
-	fed  int // prompt tokens decoded
-	pos  int // positions in the KV memory
+	slot int     // llama.cpp sequence id, -1 before prefill
+	fed  int     // prompt tokens decoded
+	pos  int     // positions in the KV memory
+	kv   []int64 // the tokens the KV memory holds, in order
 	out  []float32
+}
+
+// leaver is a sequence id given back in a turn, with the tokens its KV
+// memory holds (for the prefix cache).
+type leaver struct {
+	slot int
+	kv   []int64
 }
 
 type seqResult struct {
@@ -89,10 +106,11 @@ type waiter struct {
 
 type schedConfig struct {
 	maxBatch, maxQueue, chunk int
+	prefix                    *prefixCache
 }
 
 func newScheduler(id string, lctx *Context, c schedConfig) *scheduler {
-	s := &scheduler{id: id, lctx: lctx, chunk: c.chunk, maxBatch: c.maxBatch, maxQueue: c.maxQueue, done: make(chan struct{})}
+	s := &scheduler{id: id, lctx: lctx, chunk: c.chunk, maxBatch: c.maxBatch, maxQueue: c.maxQueue, prefix: c.prefix, done: make(chan struct{})}
 	for i := c.maxBatch - 1; i >= 0; i-- {
 		s.free = append(s.free, i)
 	}
@@ -184,8 +202,25 @@ func (q *seq) Forward(ctx context.Context, ids []int64) ([]float32, error) {
 	default:
 		q.next, q.pending, q.ctx = ids[0], true, ctx
 	}
-	s.wake.Signal()
+	// The request that makes the batch ready runs the step itself when no
+	// turn is under way and no prompt waits; otherwise the loop does.
+	all, _ := s.rowsReadyLocked()
+	inline := q.pending && all && len(s.prefillQ) == 0
+	if !inline {
+		s.wake.Signal()
+	}
 	s.mu.Unlock()
+	if inline {
+		if s.turnMu.TryLock() {
+			s.turn(false)
+			s.turnMu.Unlock()
+		}
+		s.mu.Lock()
+		if s.workLocked() {
+			s.wake.Signal()
+		}
+		s.mu.Unlock()
+	}
 	select {
 	case r := <-q.res:
 		return r.logits, r.err
@@ -286,12 +321,13 @@ type part struct {
 	last int // batch index of the prompt's last token, -1 if not in this chunk
 }
 
+// loop is the scheduler goroutine: it runs a turn whenever there is work.
+// Decode steps mostly run inline instead (see Forward): the request whose
+// token makes the batch ready runs the step on its own goroutine when no
+// turn is under way, which saves two goroutine hand-offs per token — on a
+// loaded machine each hand-off waits for a time slice.
 func (s *scheduler) loop() {
 	defer close(s.done)
-	var rows []*seq
-	var idx []int
-	var parts []part
-	var clear []int
 	for {
 		s.mu.Lock()
 		for !s.closed && !s.workLocked() {
@@ -301,70 +337,90 @@ func (s *scheduler) loop() {
 		if s.closed {
 			s.failLocked()
 			s.mu.Unlock()
+			s.turnMu.Lock() // wait for an inline turn
 			s.lctx.Free()
+			s.turnMu.Unlock()
 			return
 		}
-		// Sequences that left give back their ids and memory.
-		var leaving []*seq
-		s.running = slices.DeleteFunc(s.running, func(q *seq) bool {
-			if q.gone {
-				leaving = append(leaving, q)
-			}
-			return q.gone
-		})
-		s.prefillQ = slices.DeleteFunc(s.prefillQ, func(q *seq) bool {
-			if q.gone {
-				leaving = append(leaving, q)
-			}
-			return q.gone
-		})
-		clear = clear[:0]
-		for _, q := range leaving {
-			if q.slot >= 0 {
-				clear = append(clear, q.slot)
-				s.free = append(s.free, q.slot)
-				q.slot = -1
-			}
-		}
-		prefill := s.prefillNowLocked()
-		if prefill {
-			s.held = time.Time{}
-		}
-		rows = rows[:0]
-		for _, q := range s.running {
-			if q.pending {
-				rows = append(rows, q)
-				q.pending = false
-			}
-		}
-		parts = parts[:0]
-		if prefill {
-			budget, ids := s.chunk, len(s.free)
-			for _, q := range s.prefillQ {
-				if budget == 0 {
-					break
-				}
-				if q.slot < 0 {
-					if ids == 0 {
-						break // a sequence that left frees its id next turn
-					}
-					ids--
-				}
-				n := min(len(q.prompt)-q.fed, budget)
-				parts = append(parts, part{q: q, n: n, last: -1})
-				budget -= n
-			}
-		}
 		s.mu.Unlock()
-
-		for _, slot := range clear {
-			s.lctx.RemoveSequence(slot, -1, -1)
-		}
-		if len(rows) == 0 && len(parts) == 0 {
-			continue
-		}
-		s.step(rows, parts, &idx)
+		s.turnMu.Lock()
+		s.turn(true)
+		s.turnMu.Unlock()
 	}
+}
+
+// turn drops the sequences that left, then runs one decode over the rows
+// that handed over a token and (with prefill, when a prompt may go now)
+// chunks of the waiting prompts. The caller holds turnMu.
+func (s *scheduler) turn(prefill bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	// Sequences that left give back their ids and memory.
+	var leaving []*seq
+	s.running = slices.DeleteFunc(s.running, func(q *seq) bool {
+		if q.gone {
+			leaving = append(leaving, q)
+		}
+		return q.gone
+	})
+	s.prefillQ = slices.DeleteFunc(s.prefillQ, func(q *seq) bool {
+		if q.gone {
+			leaving = append(leaving, q)
+		}
+		return q.gone
+	})
+	s.clear = s.clear[:0]
+	for _, q := range leaving {
+		if q.slot >= 0 {
+			s.clear = append(s.clear, leaver{slot: q.slot, kv: q.kv})
+			s.free = append(s.free, q.slot)
+			q.slot = -1
+		}
+	}
+	prefill = prefill && s.prefillNowLocked()
+	if prefill {
+		s.held = time.Time{}
+	}
+	s.rows = s.rows[:0]
+	for _, q := range s.running {
+		if q.pending {
+			s.rows = append(s.rows, q)
+			q.pending = false
+		}
+	}
+	s.parts = s.parts[:0]
+	if prefill {
+		budget, ids := s.chunk, len(s.free)
+		for _, q := range s.prefillQ {
+			if budget == 0 {
+				break
+			}
+			if q.slot < 0 {
+				if ids == 0 {
+					break // a sequence that left frees its id next turn
+				}
+				ids--
+			}
+			n := min(len(q.prompt)-q.fed, budget)
+			s.parts = append(s.parts, part{q: q, n: n, last: -1})
+			budget -= n
+		}
+	}
+	s.mu.Unlock()
+
+	for _, l := range s.clear {
+		if s.prefix != nil {
+			s.prefix.store(l.slot, l.kv)
+		}
+		s.lctx.RemoveSequence(l.slot, -1, -1)
+	}
+	if len(s.rows) == 0 && len(s.parts) == 0 {
+		return
+	}
+	s.step(s.rows, s.parts, &s.idx)
 }
 
 // step runs one llama_decode over rows (one token each) and parts (prompt
@@ -381,8 +437,15 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 		if q.slot < 0 {
 			q.slot = s.free[len(s.free)-1]
 			s.free = s.free[:len(s.free)-1]
+			q.kv = q.kv[:0]
+			if s.prefix != nil {
+				m := s.prefix.lookup(q.slot, q.prompt)
+				q.fed, q.pos = m, m
+				q.kv = append(q.kv, q.prompt[:m]...)
+			}
 		}
-		end := q.fed + p.n
+		end := min(q.fed+p.n, len(q.prompt))
+		p.n = end - q.fed
 		for j := q.fed; j < end; j++ {
 			k := b.Add(int32(q.prompt[j]), j, q.slot, j == len(q.prompt)-1)
 			if j == len(q.prompt)-1 {
@@ -390,8 +453,11 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 			}
 		}
 	}
+	t0 := time.Now()
 	err := s.lctx.Decode()
+	took := time.Since(t0)
 	s.mu.Lock()
+	s.decodeTime += took
 	if len(rows) > 0 {
 		s.counts.Steps++
 		s.counts.StepRows += uint64(len(rows))
@@ -402,9 +468,11 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 	s.mu.Unlock()
 	for i, q := range rows {
 		if err != nil {
+			q.kv = nil // the memory may hold part of the step
 			q.deliver(seqResult{err: err})
 			continue
 		}
+		q.kv = append(q.kv, q.next)
 		q.pos++
 		q.out = append(q.out[:0], s.lctx.Logits((*idx)[i])...)
 		q.deliver(seqResult{logits: q.out})
@@ -418,9 +486,11 @@ func (s *scheduler) step(rows []*seq, parts []part, idx *[]int) {
 				s.running = append(s.running, q) // leaves (and frees its id) once its request closes it
 			}
 			s.mu.Unlock()
+			q.kv = nil
 			q.deliver(seqResult{err: err})
 			continue
 		}
+		q.kv = append(q.kv, q.prompt[q.fed:q.fed+p.n]...)
 		q.fed += p.n
 		q.pos = q.fed
 		if p.last < 0 {
