@@ -37,3 +37,15 @@ func TestVersionsRoundTripAndNewerFor(t *testing.T) {
 		t.Fatalf("records to send: %v, want a and c", got)
 	}
 }
+
+func TestRefusedRoundTrip(t *testing.T) {
+	id, v, ok := decodeRefused(encodeRefused("node-7", version{1 << 60, 42}))
+	if !ok || id != "node-7" || v != (version{1 << 60, 42}) {
+		t.Fatalf("decoded %q %v %v", id, v, ok)
+	}
+	for _, bad := range [][]byte{nil, {msgRefused}, {msgRefused, 1, 2}, {msgRecord, 1, 2, 'x'}} {
+		if _, _, ok := decodeRefused(bad); ok {
+			t.Fatalf("malformed refusal %v accepted", bad)
+		}
+	}
+}

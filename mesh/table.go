@@ -220,6 +220,16 @@ func (t *table) eject(id string) (route.Peer, bool) {
 	return t.peerLocked(e), true
 }
 
+// refusedApplies reports whether a refusal seen at record version v still
+// concerns node id here: a member, not ejected yet, whose record is not
+// newer than v.
+func (t *table) refusedApplies(id string, v version) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[id]
+	return ok && e.member && !e.ejected && e.record != nil && !recordVersion(e.record).after(v)
+}
+
 // ejectedNow reports whether node id is ejected.
 func (t *table) ejectedNow(id string) bool {
 	t.mu.Lock()
