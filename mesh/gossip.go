@@ -238,7 +238,7 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // other the records it has newer (pushpull.go).
 func (d *delegate) LocalState(join bool) []byte {
 	if !join {
-		return encodeVersions(d.m.cfg.NodeID, d.m.table.records())
+		return encodeVersions(d.m.cfg.NodeID, d.m.table.recordVersions())
 	}
 	b, err := encodeRecordSet(d.m.table.records())
 	if err != nil {
