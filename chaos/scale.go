@@ -320,4 +320,4 @@ func (s *scaleRun) keyWrites(ctx context.Context, n int, d time.Duration, rng *r
 	return out
 }
 
-var errNoModelNode = errors.New("kill phase: no model node other than the leader is up")
+var errNoModelNode = errors.New("kill phase: no model node that is not a raft voter is up")

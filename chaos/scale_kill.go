@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,7 +15,8 @@ import (
 // Kill is the outcome of SIGKILLing model nodes under traffic and
 // restarting them.
 type Kill struct {
-	// Victims are the nodes killed (model holders, not the leader).
+	// Victims are the nodes killed (model holders that are not raft
+	// voters).
 	Victims []string `json:"victims"`
 	// Watchers are the entry nodes whose member lists were polled.
 	Watchers []string `json:"watchers"`
@@ -37,15 +40,18 @@ type Kill struct {
 	RestartWhy string `json:"restart_why,omitempty"`
 }
 
-// killPhase runs traffic, kills cfg.Kills model nodes that do not lead,
+// killPhase runs traffic, kills cfg.Kills model nodes that are not voters,
 // watches sampled entry nodes drop them, restarts them and waits for the
 // mesh to list everyone ready again.
 func (s *scaleRun) killPhase(ctx context.Context, rng *rand.Rand) (*Kill, error) {
 	k := &Kill{}
+	voters := s.voters(ctx)
 	var victims []string
-	for i := 1; i <= s.cfg.ModelNodes && len(victims) < s.cfg.Kills; i++ {
+	for i := s.cfg.ModelNodes; i >= 1 && len(victims) < s.cfg.Kills; i-- {
 		id := "n" + strconv.Itoa(i)
-		if s.cl.State(id) != StateUp || s.sample(ctx, id).prom.sum("infermesh_consensus_leader") == 1 {
+		// Not a raft voter (killing two of three would take the quorum,
+		// which is another scenario), nor the leader.
+		if s.cl.State(id) != StateUp || voters[id] {
 			continue
 		}
 		victims = append(victims, id)
@@ -127,6 +133,33 @@ func (s *scaleRun) killPhase(ctx context.Context, rng *rand.Rand) (*Kill, error)
 	}
 	k.Traffic = summarise(live, skipped)
 	return k, nil
+}
+
+// voters returns the raft voters as the first node up lists them.
+func (s *scaleRun) voters(ctx context.Context) map[string]bool {
+	out := map[string]bool{}
+	up := s.cl.InState(StateUp)
+	if len(up) == 0 {
+		return out
+	}
+	res, err := s.api.Do(ctx, http.MethodGet, s.cl.Node(up[0]).BaseURL()+"/v1/server/raft/peers", "", nil)
+	if err != nil || res.Status != http.StatusOK {
+		return out
+	}
+	var st struct {
+		Data []struct {
+			ID       string `json:"id"`
+			Suffrage string `json:"suffrage"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(res.Body, &st) == nil {
+		for _, p := range st.Data {
+			if p.Suffrage == "voter" {
+				out[p.ID] = true
+			}
+		}
+	}
+	return out
 }
 
 // watchStops polls each watcher's members every 100 ms until it no longer

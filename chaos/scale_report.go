@@ -94,8 +94,8 @@ func (r *ScaleReport) Markdown() string {
 	}
 	if q := r.Quota; q != nil {
 		f("| quota %d/day over %d entry nodes: admitted | %d (exact: %v) | exactly %d |\n", q.Limit, q.Entries, q.Admitted, q.Exact, q.Limit)
-		f("| last 5 %%: span, latency p50 / max | %.2f s, %.0f / %.0f ms | ≤ 2 s |\n", q.LastShareSeconds, q.LastShareLatencyMs.P50, q.LastShareLatencyMs.Max)
-		f("| 429 before the last admission; 429 in all; 503 | %d; %d; %d | 0 premature |\n", q.Premature429, q.Refused429, q.Unavailable503)
+		f("| last 5 %%: span, ask-to-admit p50 / max (503s retried after 500 ms) | %.2f s, %.0f / %.0f ms | ≤ 2 s |\n", q.LastShareSeconds, q.LastShareLatencyMs.P50, q.LastShareLatencyMs.Max)
+		f("| 429 before the last admission; 429 in all; 503 retried; 503 final | %d; %d; %d; %d | 0 premature |\n", q.Premature429, q.Refused429, q.Retried503, q.Unavailable503)
 		f("| key listed by every node, after its creation | %.0f ms | |\n", q.KeyEverywhereMs)
 	}
 	f("\n")

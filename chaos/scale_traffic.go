@@ -153,8 +153,10 @@ type Quota struct {
 	Refused429 int `json:"refused_429"`
 	// Premature429 counts 429s before the last admission.
 	Premature429 int `json:"premature_429"`
-	// Unavailable503 counts 503 answers (quota_unavailable and others).
+	// Unavailable503 counts client requests whose last attempt was a 503.
 	Unavailable503 int `json:"unavailable_503"`
+	// Retried503 counts 503 answers that the client retried.
+	Retried503 int `json:"retried_503"`
 	// Other counts any other answer or no answer.
 	Other map[string]int `json:"other,omitempty"`
 	// RefusalCodes counts the 429 and 503 answers by error code.
@@ -212,8 +214,29 @@ func (s *scaleRun) quota(ctx context.Context, limit, workers int, bound time.Dur
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seeds[w], 1))
 			for ctx.Err() == nil {
-				entry := up[r.IntN(len(up))]
-				rq := s.one(ctx, entry, "quota", k.Key, seq.Add(1))
+				// One client request: a 503 (a node that could not secure a
+				// share yet) is retried through another random entry node
+				// after 500 ms, for up to 10 s; its latency runs from the
+				// first attempt.
+				asked := time.Now()
+				var rq scaleReq
+				for {
+					entry := up[r.IntN(len(up))]
+					rq = s.one(ctx, entry, "quota", k.Key, seq.Add(1))
+					if rq.status != http.StatusServiceUnavailable || time.Since(asked) > 10*time.Second || ctx.Err() != nil {
+						break
+					}
+					mu.Lock()
+					q.Retried503++
+					q.RefusalCodes["503 "+rq.code]++
+					mu.Unlock()
+					select {
+					case <-ctx.Done():
+					case <-time.After(500 * time.Millisecond):
+					}
+				}
+				rq.start = asked
+				entry := rq.entry
 				mu.Lock()
 				reqs = append(reqs, rq)
 				entries[entry] = true

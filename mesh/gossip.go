@@ -112,8 +112,8 @@ func (m *Mesh) greet(n *memberlist.Node) {
 	}
 }
 
-// greetLoop sends this node's current record to each member greet queued:
-// a UDP packet when it fits, else over TCP.
+// greetLoop sends this node's current record to each member greet queued
+// (sendDirect).
 func (m *Mesh) greetLoop() {
 	defer m.wg.Done()
 	for {
@@ -125,18 +125,27 @@ func (m *Mesh) greetLoop() {
 			if r == nil {
 				continue
 			}
-			msg := encodeRecord(r)
-			var err error
-			if len(msg) <= m.maxCast {
-				err = m.ml.SendBestEffort(n, msg)
-			} else {
-				err = m.ml.SendReliable(n, msg)
-			}
-			if err != nil {
+			if err := m.sendDirect(n, r); err != nil {
 				m.log.Debug("greeting a new member", "peer", n.Name, "err", err)
 			}
 		}
 	}
+}
+
+// sendDirect sends record r to one member as a record set, which the
+// receiver merges without relaying (a record of kind 1 is relayed when
+// new: greets, direct notices and answers sent that way to every member
+// came back as a storm of relays when a hundred nodes started together):
+// a UDP packet when it fits, else over TCP.
+func (m *Mesh) sendDirect(n *memberlist.Node, r *meshv1.NodeRecord) error {
+	msg, err := encodeRecordSet([]*meshv1.NodeRecord{r})
+	if err != nil {
+		return err
+	}
+	if len(msg) <= m.maxCast {
+		return m.ml.SendBestEffort(n, msg)
+	}
+	return m.ml.SendReliable(n, msg)
 }
 
 // receive merges one record from gossip; relay says whether an accepted
@@ -201,6 +210,10 @@ func (d *delegate) NotifyMsg(b []byte) {
 		d.m.answerRecordRequest(b)
 		return
 	}
+	if len(b) >= 1 && b[0] == msgRefused {
+		d.m.receiveRefused(b)
+		return
+	}
 	if len(b) < 1 || b[0] != msgRecord {
 		d.m.met.received.WithLabelValues("invalid").Inc()
 		return
@@ -225,7 +238,7 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // other the records it has newer (pushpull.go).
 func (d *delegate) LocalState(join bool) []byte {
 	if !join {
-		return encodeVersions(d.m.cfg.NodeID, d.m.table.records())
+		return encodeVersions(d.m.cfg.NodeID, d.m.table.recordVersions())
 	}
 	b, err := encodeRecordSet(d.m.table.records())
 	if err != nil {

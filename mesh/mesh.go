@@ -350,8 +350,7 @@ func (m *Mesh) publishLocked(r *meshv1.NodeRecord) {
 // neither frequent nor relayed any more; members met later are greeted
 // with the record as it is then.
 func (m *Mesh) tellMembers(r *meshv1.NodeRecord) {
-	msg := encodeRecord(r)
-	if len(msg) > m.maxCast {
+	if len(encodeRecord(r)) > m.maxCast {
 		return // spread sends it over TCP to every member already
 	}
 	m.wg.Add(1)
@@ -366,7 +365,7 @@ func (m *Mesh) tellMembers(r *meshv1.NodeRecord) {
 				return
 			default:
 			}
-			if err := m.ml.SendBestEffort(n, msg); err != nil {
+			if err := m.sendDirect(n, r); err != nil {
 				m.log.Debug("telling a member of a change", "peer", n.Name, "err", err)
 			}
 		}

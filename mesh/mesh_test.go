@@ -392,3 +392,24 @@ func TestEjectedPeerAskedBackWithoutHeartbeats(t *testing.T) {
 		return !p.Ejected && p.Routable()
 	})
 }
+
+// TestRefusedIsToldToTheMesh: a node that had a connection refused by a
+// peer ejects it and tells the others, which eject it too; the peer's
+// own view is unaffected.
+func TestRefusedIsToldToTheMesh(t *testing.T) {
+	c := meshtest.Start(t, meshtest.Options{Nodes: 3, Configure: func(cfg *mesh.Config) {
+		cfg.EjectHold = time.Minute // no restore during the test
+	}})
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.Node(id).Ready("m")
+	}
+	c.WaitConverged()
+	c.Node("n1").Mesh.Refused("n3")
+	meshtest.WaitFor(t, c.Node("n2"), "n3 ejected at n2 too", func(peers []route.Peer) bool {
+		p, _ := peer(peers, "n3")
+		return p.Ejected
+	})
+	if p, _ := c.Node("n3").Mesh.Peer("n3"); p.Ejected {
+		t.Fatal("n3 ejected itself")
+	}
+}

@@ -10,30 +10,45 @@ import (
 	meshv1 "github.com/infermesh/infermesh/proto/gen/infermesh/mesh/v1"
 )
 
-// msgVersions is a periodic push-pull's state: the sender's id and the
-// version of every record it holds, not the records. Each side then sends
-// the other only the records it has newer (a record set over TCP), so a
-// push-pull between nodes that agree costs about 20 bytes per member
+// msgVersions is a periodic push-pull's state: the sender's id and, for
+// every record it holds, its version and the seq at which its content last
+// changed, not the records. Each side then sends the other only the
+// records whose content the other lacks (a record set over TCP), so a
+// push-pull between nodes that agree costs about 25 bytes per member
 // instead of every record (a record with a full prefix digest is up to
-// 8 KiB). A join's push-pull still carries every record, so a joiner has
-// them all when Join returns.
+// 8 KiB). Heartbeats (same content, new seq) reach only a few nodes and
+// are not relayed, so copies that differ only by heartbeats are common;
+// such a copy is refreshed only when it is heartbeatLag heartbeats old,
+// so record ages stay meaningful. A join's push-pull still carries every
+// record, so a joiner has them all when Join returns.
 const msgVersions byte = 3
+
+// heartbeatLag is how many versions a copy with current content may be
+// behind before push-pull refreshes it.
+const heartbeatLag = 6
 
 // maxVersionsID bounds a node id in a versions message.
 const maxVersionsID = 256
 
-// encodeVersions encodes self and the versions of recs.
-func encodeVersions(self string, recs []*meshv1.NodeRecord) []byte {
-	b := make([]byte, 0, 1+len(self)+2+len(recs)*24)
+// recordVersionOf is one entry of a versions message.
+type recordVersionOf struct {
+	id      string
+	v       version
+	content uint64 // seq at which the content last changed
+}
+
+// encodeVersions encodes self and the versions of its records.
+func encodeVersions(self string, vs []recordVersionOf) []byte {
+	b := make([]byte, 0, 1+len(self)+2+len(vs)*28)
 	b = append(b, msgVersions)
 	b = binary.AppendUvarint(b, uint64(len(self)))
 	b = append(b, self...)
-	for _, r := range recs {
-		id := r.GetNodeId()
-		b = binary.AppendUvarint(b, uint64(len(id)))
-		b = append(b, id...)
-		b = binary.AppendUvarint(b, r.GetEpoch())
-		b = binary.AppendUvarint(b, r.GetSeq())
+	for _, r := range vs {
+		b = binary.AppendUvarint(b, uint64(len(r.id)))
+		b = append(b, r.id...)
+		b = binary.AppendUvarint(b, r.v.epoch)
+		b = binary.AppendUvarint(b, r.v.seq)
+		b = binary.AppendUvarint(b, r.content)
 	}
 	return b
 }
@@ -72,7 +87,8 @@ func decodeVersions(b []byte) (string, map[string]version, error) {
 		id, ok1 := str()
 		e, ok2 := num()
 		s, ok3 := num()
-		if !ok1 || !ok2 || !ok3 {
+		_, ok4 := num() // the sender's content seq: what it lacks is decided by its seq
+		if !ok1 || !ok2 || !ok3 || !ok4 {
 			return "", nil, errBadVersions
 		}
 		out[id] = version{e, s}
@@ -80,8 +96,10 @@ func decodeVersions(b []byte) (string, map[string]version, error) {
 	return self, out, nil
 }
 
-// newerFor returns the records of current members that are newer than what
-// the versions say the other side holds (or that it lacks).
+// newerFor returns the records of current members the other side should
+// get, given the versions it holds: those it lacks, of a newer epoch,
+// whose content changed after its copy, or whose copy is heartbeatLag
+// versions behind.
 func (t *table) newerFor(theirs map[string]version) []*meshv1.NodeRecord {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -90,10 +108,17 @@ func (t *table) newerFor(theirs map[string]version) []*meshv1.NodeRecord {
 		if !e.member || e.record == nil {
 			continue
 		}
+		mine := recordVersion(e.record)
 		v, ok := theirs[e.id.NodeID]
-		if !ok || recordVersion(e.record).after(v) {
-			out = append(out, e.record)
+		switch {
+		case !ok, mine.epoch > v.epoch:
+		case mine.epoch < v.epoch || mine.seq <= v.seq:
+			continue
+		case e.contentSeq > v.seq, mine.seq-v.seq >= heartbeatLag:
+		default:
+			continue
 		}
+		out = append(out, e.record)
 	}
 	return out
 }

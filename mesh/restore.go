@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -85,15 +86,93 @@ func (m *Mesh) answerRecordRequest(b []byte) {
 		if node == nil {
 			return
 		}
-		msg := encodeRecord(r)
-		var err error
-		if len(msg) <= m.maxCast {
-			err = m.ml.SendBestEffort(node, msg)
-		} else {
-			err = m.ml.SendReliable(node, msg)
-		}
-		if err != nil {
+		if err := m.sendDirect(node, r); err != nil {
 			m.log.Debug("answering a record request", "peer", asker, "err", err)
 		}
 	}()
+}
+
+// msgRefused tells the mesh that a node refused a connection (nothing
+// listens on its port: the process is gone) while its record was at the
+// given version. Payload: uvarint epoch, uvarint seq, then the node id.
+// A receiver whose record of the node is not newer ejects it too and
+// relays the news once, so a node killed without a leave stops receiving
+// work at every entry node within a gossip round or two, not after one
+// failed attempt per entry node or memberlist's failure detection
+// (seconds). A node that is in fact alive is restored by the record
+// requests every ejector sends it after EjectHold.
+const msgRefused byte = 5
+
+// refusedBroadcast is a msgRefused on the gossip queue; a newer one about
+// the same node replaces it.
+type refusedBroadcast struct {
+	node string
+	msg  []byte
+}
+
+// Invalidates reports whether o is about the same node.
+func (b *refusedBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*refusedBroadcast)
+	return ok && ob.node == b.node
+}
+
+// Name identifies the broadcast by node.
+func (b *refusedBroadcast) Name() string { return "refused/" + b.node }
+
+// Message returns the encoded message.
+func (b *refusedBroadcast) Message() []byte { return b.msg }
+
+// Finished is called when memberlist stops retransmitting; nothing to do.
+func (b *refusedBroadcast) Finished() {}
+
+func encodeRefused(id string, v version) []byte {
+	b := []byte{msgRefused}
+	b = binary.AppendUvarint(b, v.epoch)
+	b = binary.AppendUvarint(b, v.seq)
+	return append(b, id...)
+}
+
+func decodeRefused(b []byte) (string, version, bool) {
+	if len(b) < 1 || b[0] != msgRefused {
+		return "", version{}, false
+	}
+	b = b[1:]
+	e, k := binary.Uvarint(b)
+	if k <= 0 {
+		return "", version{}, false
+	}
+	b = b[k:]
+	s, k := binary.Uvarint(b)
+	if k <= 0 || len(b[k:]) == 0 || len(b[k:]) > maxVersionsID {
+		return "", version{}, false
+	}
+	return string(b[k:]), version{e, s}, true
+}
+
+// Refused takes a peer out of routing at once because a connection to it
+// was refused, like Eject, and tells the other members, which eject it too
+// unless they hold a newer record of it.
+func (m *Mesh) Refused(id string) {
+	r := m.table.record(id)
+	m.Eject(id)
+	if r == nil || id == m.cfg.NodeID {
+		return
+	}
+	msg := encodeRefused(id, recordVersion(r))
+	m.queue.QueueBroadcast(&refusedBroadcast{node: id, msg: msg})
+}
+
+// receiveRefused ejects the node a msgRefused names, when the record held
+// of it is not newer than the one the sender held, and relays it once.
+func (m *Mesh) receiveRefused(b []byte) {
+	id, v, ok := decodeRefused(b)
+	if !ok {
+		m.met.received.WithLabelValues("invalid").Inc()
+		return
+	}
+	if id == m.cfg.NodeID || !m.table.refusedApplies(id, v) {
+		return
+	}
+	m.Eject(id)
+	m.queue.QueueBroadcast(&refusedBroadcast{node: id, msg: append([]byte(nil), b...)})
 }

@@ -22,7 +22,7 @@ type simResult struct {
 	Nodes                 int     `json:"nodes"`
 	Timers                string  `json:"timers"`
 	StartSeconds          float64 `json:"start_s"`
-	AfterLastStartSeconds float64 `json:"after_last_start_s"`
+	AfterLastStartSeconds float64 `json:"after_last_start_s"` // -1: not within the bound
 	IdleSeconds           float64 `json:"idle_window_s"`
 	IdleInMean            float64 `json:"idle_in_bytes_per_s_mean"`
 	IdleInMax             float64 `json:"idle_in_bytes_per_s_max"`
@@ -86,14 +86,22 @@ func TestScaleSimulation(t *testing.T) {
 	}
 }
 
+// simTimers returns the named timers with failure detection relaxed: a
+// thousand memberlists share this process's two cores with whatever else
+// runs, and a probe answered late by a starved goroutine is not a failure
+// the simulation is about (it made memberships flap). The probe interval,
+// gossip and push-pull, which set the bytes, are unchanged.
 func simTimers(name string) Timers {
+	t := LocalTimers()
 	switch name {
 	case "lan":
-		return LANTimers()
+		t = LANTimers()
 	case "test":
-		return TestTimers()
+		t = TestTimers()
 	}
-	return LocalTimers()
+	t.ProbeTimeout = max(t.ProbeTimeout, t.ProbeInterval*9/10)
+	t.SuspicionMult = max(t.SuspicionMult, 8)
+	return t
 }
 
 func simulate(t *testing.T, n int, timers string, window time.Duration) simResult {
@@ -145,7 +153,13 @@ func simulate(t *testing.T, n int, timers string, window time.Duration) simResul
 	wg.Wait()
 	lastStart := time.Now()
 	res.StartSeconds = lastStart.Sub(t0).Seconds()
-	deadline := lastStart.Add(10 * time.Minute)
+	bound := 10 * time.Minute
+	if b := os.Getenv("INFERMESH_SCALE_SIM_BOUND"); b != "" {
+		if d, err := time.ParseDuration(b); err == nil {
+			bound = d
+		}
+	}
+	deadline := lastStart.Add(bound)
 	nextLog := time.Now().Add(5 * time.Second)
 	for {
 		if time.Now().After(nextLog) {
@@ -162,7 +176,10 @@ func simulate(t *testing.T, n int, timers string, window time.Duration) simResul
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d nodes: not converged 10 min after the last start", n)
+			// Measure the bytes anyway; the report says it did not converge.
+			t.Errorf("%d nodes: not converged %s after the last start", n, bound)
+			res.AfterLastStartSeconds = -1
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

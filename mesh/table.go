@@ -29,6 +29,7 @@ type entry struct {
 	id         Identity
 	gossipAddr string
 	record     *meshv1.NodeRecord // latest record; nil until one arrives
+	contentSeq uint64             // seq of the record at which its content last changed (heartbeats keep it)
 	view       route.Peer         // record decoded once, without identity
 	ejected    bool
 	ejectedAt  version   // record version when ejected
@@ -189,6 +190,9 @@ func (t *table) merge(r *meshv1.NodeRecord) change {
 	view := viewOf(r)
 	ch := change{accepted: true, isMember: e.member}
 	ch.significant = e.record == nil || significantChange(&e.view, &view)
+	if !sameContent(e.record, r) {
+		e.contentSeq = r.GetSeq()
+	}
 	e.record, e.view = r, view
 	// A dead node's last records may still be echoing through gossip right
 	// after the ejection; only a newer ready record that arrives after the
@@ -220,6 +224,16 @@ func (t *table) eject(id string) (route.Peer, bool) {
 	return t.peerLocked(e), true
 }
 
+// refusedApplies reports whether a refusal seen at record version v still
+// concerns node id here: a member, not ejected yet, whose record is not
+// newer than v.
+func (t *table) refusedApplies(id string, v version) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[id]
+	return ok && e.member && !e.ejected && e.record != nil && !recordVersion(e.record).after(v)
+}
+
 // ejectedNow reports whether node id is ejected.
 func (t *table) ejectedNow(id string) bool {
 	t.mu.Lock()
@@ -246,6 +260,20 @@ func (t *table) otherAddrs() []string {
 	for id, e := range t.nodes {
 		if e.member && id != t.self && e.gossipAddr != "" {
 			out = append(out, e.gossipAddr)
+		}
+	}
+	return out
+}
+
+// recordVersions returns, for push-pull, each current member's record
+// with the seq at which its content last changed.
+func (t *table) recordVersions() []recordVersionOf {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]recordVersionOf, 0, len(t.nodes))
+	for _, e := range t.nodes {
+		if e.member && e.record != nil {
+			out = append(out, recordVersionOf{id: e.id.NodeID, v: recordVersion(e.record), content: e.contentSeq})
 		}
 	}
 	return out

@@ -40,6 +40,9 @@ type Peers interface {
 	Serving(model string) []route.Peer
 	// Eject takes a peer out of routing until gossip says it is ready again.
 	Eject(id string)
+	// Refused is Eject for a peer that refused a connection (its process
+	// is gone); the other nodes are told and eject it too.
+	Refused(id string)
 }
 
 // Load receives this node's load for its gossiped record (mesh.Mesh

@@ -137,7 +137,10 @@ func (d *Dispatcher) failedBeforeHead(w http.ResponseWriter, r *http.Request, f 
 		d.peers.Eject(p.ID)
 		return Outcome{Err: fmt.Errorf("%w: %s left routing before answering", errUnavailable, p.ID)}, false
 	}
-	if forward.IsUnreachable(err) {
+	switch {
+	case forward.IsRefused(err):
+		d.peers.Refused(p.ID)
+	case forward.IsUnreachable(err):
 		d.peers.Eject(p.ID)
 	}
 	if cerr := r.Context().Err(); cerr != nil {

@@ -46,15 +46,27 @@ type account struct {
 	// part of the limit. Slices are then sized by this node's own demand
 	// (what it admitted in the last second), so nodes that see a key
 	// rarely do not strand slices others could use.
-	crowded    bool
+	crowded bool
+	// crowdedIn is the period in which the ledger was last seen crowded:
+	// until it ends, a refusal while others hold part of the limit is
+	// retryable even when few holders are left.
+	crowdedIn  string
 	demandAt   time.Time // start of the current one-second demand window
 	demandCur  int64     // admitted in the current window
 	demandPrev int64     // admitted in the previous window (0 if further back)
 }
 
+// crowdedRecheck is how long a node of a crowded ledger trusts "nothing
+// left to grant" while others still hold part of the limit.
+const crowdedRecheck = 200 * time.Millisecond
+
+// crowdedKeep is the demand (admissions a second) from which a node of a
+// crowded ledger holds more than it needs now.
+const crowdedKeep = 4
+
 // crowdedIdle is how long a crowded account's holding may go unused
 // before it is returned.
-const crowdedIdle = 3 * time.Second
+const crowdedIdle = time.Second
 
 // crowdedHolders is how many other holders make a ledger crowded.
 const crowdedHolders = 4
@@ -107,7 +119,14 @@ func (l *Limiter) slice(a *account) int64 {
 		s = min(s, a.remaining/4)
 	}
 	if a.crowded {
-		s = min(s, a.demand())
+		// A node that admits fewer than crowdedKeep a second asks for
+		// what each request needs: a spare unit it holds is one a client
+		// of another node waits for.
+		d := a.demand()
+		if d < crowdedKeep {
+			d = 1
+		}
+		s = min(s, d)
 	}
 	return max(s, 1)
 }
@@ -197,10 +216,14 @@ func (l *Limiter) refusal(a *account, now time.Time, amount int64, ran int) *aut
 		}
 		if local <= a.period && avail+a.remaining < amount {
 			if lr, ok := l.leaser.(LedgerReader); ok {
-				if used, others, ok := lr.LedgerShare(k.keyID, k.kind, a.period); ok && others >= crowdedHolders && used+amount <= a.limit {
-					// Not used up: many other nodes hold the rest, and
-					// return what they do not use within crowdedIdle.
-					// (With few holders the refusal stays final: a holder
+				if used, others, ok := lr.LedgerShare(k.keyID, k.kind, a.period); ok && others > 0 && a.crowdedIn == a.period && used+amount <= a.limit {
+					if now.Sub(a.checkedAt) >= crowdedRecheck {
+						return nil // ask again: holders return spare units every second
+					}
+					// Not used up: other nodes hold the rest of a ledger
+					// that was crowded this period, and return what they
+					// do not use within crowdedIdle. (Where it never was,
+					// the refusal stays final: with few holders, a holder
 					// that died keeps its share until the TTL, when it
 					// counts as used.)
 					return denyRetry(k.keyID, k.kind, "the rest of it is held by other nodes, which return what they do not use")
@@ -378,6 +401,9 @@ func (l *Limiter) checkCrowded(a *account, now time.Time) {
 	}
 	_, others, ok := lr.LedgerShare(a.key.keyID, a.key.kind, period)
 	a.crowded = ok && others >= crowdedHolders
+	if a.crowded {
+		a.crowdedIn = period
+	}
 }
 
 // refund gives back an admission that was not used, when nothing has
@@ -400,7 +426,9 @@ func (a *account) charge(period string, delta int64) {
 }
 
 // maintain renews active holdings at half their TTL, returns holdings idle
-// for a quarter of it, forgets long-idle accounts and settles past periods.
+// for a quarter of it (a second when the ledger is crowded) and, in a
+// crowded ledger, holdings well above this node's demand; it forgets
+// long-idle accounts and settles past periods.
 func (l *Limiter) maintain() {
 	now := l.clock()
 	ttl := l.cfg.LeaseTTL
@@ -416,17 +444,24 @@ func (l *Limiter) maintain() {
 			a.mu.Unlock()
 			continue
 		}
+		live := now.Before(a.expires)
+		if live && a.held-a.pending > crowdedKeep {
+			// A holding taken before the ledger grew crowded (a slice of
+			// the limit) would otherwise drain at this node's own pace
+			// while clients of other nodes wait.
+			l.checkCrowded(a, now)
+		}
+		spare := a.crowded && live && a.held-a.pending > max(2*a.demand(), crowdedKeep)
 		idleAfter := ttl / 4
 		if a.crowded {
 			// Others want this limit too: return a spare holding after a
-			// few seconds without use rather than a quarter of the TTL.
+			// second without use rather than a quarter of the TTL.
 			idleAfter = min(idleAfter, crowdedIdle)
 		}
 		idle := now.Sub(a.lastUse) >= idleAfter
-		live := now.Before(a.expires)
 		var op *leaseOp
 		switch {
-		case idle && live && (a.held > 0 || a.pending > 0):
+		case (idle || spare) && live && (a.held > 0 || a.pending > 0):
 			o := l.beginRelease(a)
 			op = &o
 		case idle && !live:

@@ -15,7 +15,10 @@
 // per key and kind in flight; held and pending kept per account; renewal
 // in the background before the holding runs dry and at half its TTL,
 // synchronously when it is empty; consumption kept on any error and
-// reported again; slices that shrink with what remains; idle holdings
+// reported again; slices that shrink with what remains (and, in a ledger
+// that many nodes hold part of, slices sized by this node's own demand,
+// spare holdings returned within a second or two, and 503 rather than
+// 429 while the rest is held elsewhere); idle holdings
 // returned; a holding it cannot account for (left by an earlier run)
 // treated as used; everything released on Drain. Cut off from the leader,
 // a node serves only its unexpired holding and then answers 503
