@@ -31,6 +31,7 @@ assets: deps
 	scripts/assets-audio.sh
 	scripts/assets-tts.sh
 	scripts/assets-upscale.sh
+	scripts/assets-use.sh
 	scripts/assets-ref.sh
 	scripts/assets-llama.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
@@ -43,7 +44,7 @@ assets: deps
 # (make run RUN_FLAGS=--legacy-listen).
 RUN_FLAGS ?=
 run: build assets
-	@for m in isnet tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
+	@for m in isnet use-lite tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
 	$(BIN) serve --data-dir $(DATA) $(RUN_FLAGS)
