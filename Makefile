@@ -78,6 +78,7 @@ fuzz:
 	$(FUZZ) 300x -fuzz '^FuzzDecode$$' ./node/audiocodec
 	$(FUZZ) 20000x -fuzz '^FuzzEncode$$' ./node/engine/tokenizer
 	$(FUZZ) 20000x -fuzz '^FuzzEncodeBPE$$' ./node/engine/tokenizer
+	$(FUZZ) 20000x -fuzz '^FuzzEncodePieces$$' ./node/engine/tokenizer
 	$(FUZZ) 5000x -fuzz '^FuzzSchemaAutomaton$$' ./node/engine/chat
 	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
 	$(FUZZ) 3000x -fuzz '^FuzzPixelKernels$$' ./node/engine/vision
