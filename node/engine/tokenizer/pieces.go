@@ -116,13 +116,6 @@ func NewPieceTokenizer(pieces []UnigramPiece) (*PieceTokenizer, error) {
 	return t, nil
 }
 
-// pieceEdge is one lattice edge: a piece spanning n symbols.
-type pieceEdge struct {
-	id    int64
-	n     int
-	score float64
-}
-
 // EncodeIDs returns the ids of text, without truncation.
 func (t *PieceTokenizer) EncodeIDs(text string) []int64 {
 	text = norm.NFKC.String(text)
@@ -131,14 +124,24 @@ func (t *PieceTokenizer) EncodeIDs(text string) []int64 {
 	}
 	syms := []rune("▁" + strings.ReplaceAll(text, " ", "▁"))
 	n := len(syms)
-	// ends[e] lists the edges ending at symbol e, by ascending start.
-	ends := make([][]pieceEdge, n+1)
+	// Viterbi, pushing each piece that starts at i to its end. best[i] is
+	// final when start i is reached, and the candidates for one end arrive
+	// in ascending start order, the order the reference visits them in, so
+	// its update rule (the first candidate, then any scoring >=) gives the
+	// same choices. Memory is O(len(text)), whatever the vocabulary.
+	best := make([]float64, n+1)
+	words := make([]int64, n+1)
+	relax := func(e int, id int64, score float64) {
+		if best[e] == 0 || score >= best[e] {
+			best[e], words[e] = score, id
+		}
+	}
 	for i := range syms {
 		found := false
 		node := t.root.next[syms[i]]
 		for j := i; node != nil; {
 			if node.id >= 0 {
-				ends[j+1] = append(ends[j+1], pieceEdge{node.id, j + 1 - i, node.score})
+				relax(j+1, node.id, node.score+best[i])
 				found = true
 			}
 			j++
@@ -147,20 +150,8 @@ func (t *PieceTokenizer) EncodeIDs(text string) []int64 {
 			}
 			node = node.next[syms[j]]
 		}
-		if !found {
-			ends[i+1] = append(ends[i+1], pieceEdge{0, 1, 0})
-		}
-	}
-	// Edges ending at e were appended in ascending start order, which is the
-	// reference's order (numeric object keys ascending).
-	best := make([]float64, n+1)
-	words := make([]int64, n+1)
-	for e := 0; e <= n; e++ {
-		for _, w := range ends[e] {
-			s := w.score + best[e-w.n]
-			if best[e] == 0 || s >= best[e] {
-				best[e], words[e] = s, w.id
-			}
+		if !found { // the unknown piece: one symbol, id 0, score 0
+			relax(i+1, 0, best[i])
 		}
 	}
 	var rev []int64
