@@ -270,3 +270,44 @@ func untarDist(t *testing.T, tgz, dir string) {
 		}
 	}
 }
+
+// TestUSEPairingChecked: a piece vocabulary goes only with a sparse-input
+// model and a tokenizer.json only with a BERT-style one; a spec naming
+// both or neither is refused too.
+func TestUSEPairingChecked(t *testing.T) {
+	rt := onnxtest.Runtime(t)
+	use := useSpec(t)
+	bert := onnxtest.AssetDir(t, "tiny-bert", "model.onnx", "tokenizer.json")
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"sparse.onnx":    filepath.Join(use.Dir, use.Files["model"]),
+		"vocab.json":     filepath.Join(use.Dir, use.Files["vocab"]),
+		"bert.onnx":      filepath.Join(bert, "model.onnx"),
+		"tokenizer.json": filepath.Join(bert, "tokenizer.json"),
+	} {
+		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, files := range []map[string]string{
+		{"model": "bert.onnx", "vocab": "vocab.json"},
+		{"model": "sparse.onnx", "tokenizer": "tokenizer.json"},
+		{"model": "sparse.onnx", "tokenizer": "tokenizer.json", "vocab": "vocab.json"},
+		{"model": "sparse.onnx"},
+	} {
+		e, err := rt.LoadEmbedder(engine.Spec{ID: "onnx/test/pairing", Task: engine.TaskEmbeddings, Dir: dir, Files: files, Options: use.Options})
+		if err == nil {
+			e.Close()
+			t.Errorf("files %v: loaded", files)
+		} else {
+			t.Logf("files %v: %v", files, err)
+		}
+	}
+	// The right pairing loads from the same folder.
+	e, err := rt.LoadEmbedder(engine.Spec{ID: "onnx/test/pairing", Task: engine.TaskEmbeddings, Dir: dir,
+		Files: map[string]string{"model": "sparse.onnx", "vocab": "vocab.json"}, Options: use.Options})
+	if err != nil {
+		t.Fatalf("sparse model with its vocabulary: %v", err)
+	}
+	e.Close()
+}
