@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -310,4 +311,23 @@ func TestUSEPairingChecked(t *testing.T) {
 		t.Fatalf("sparse model with its vocabulary: %v", err)
 	}
 	e.Close()
+}
+
+// BenchmarkUSEEmbed times one call of one sentence and one of 32 sentences
+// (the paraphrase set four times) on the converted model.
+func BenchmarkUSEEmbed(b *testing.B) {
+	e := loadUSE(b, onnxtest.Runtime(b))
+	var batch []string
+	for range 4 {
+		batch = append(batch, useSentences...)
+	}
+	for _, texts := range [][]string{useSentences[:1], batch} {
+		b.Run(fmt.Sprintf("texts=%d", len(texts)), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := e.Embed(context.Background(), engine.EmbedRequest{Texts: texts}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
