@@ -197,11 +197,3 @@ func (t *PieceTokenizer) TokenToID(token string) (int64, bool) {
 	id, ok := t.byText[token]
 	return id, ok
 }
-
-// IDToToken returns the piece of an id.
-func (t *PieceTokenizer) IDToToken(id int64) (string, bool) {
-	if id < 0 || id >= int64(len(t.pieces)) {
-		return "", false
-	}
-	return t.pieces[id], true
-}
