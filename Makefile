@@ -31,6 +31,7 @@ assets: deps
 	scripts/assets-audio.sh
 	scripts/assets-tts.sh
 	scripts/assets-upscale.sh
+	scripts/assets-use.sh
 	scripts/assets-ref.sh
 	scripts/assets-llama.sh
 	/usr/bin/python3 testdata/models/gen_tiny_bert.py $(CACHE)/models/tiny-bert
@@ -43,7 +44,7 @@ assets: deps
 # (make run RUN_FLAGS=--legacy-listen).
 RUN_FLAGS ?=
 run: build assets
-	@for m in isnet tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
+	@for m in isnet use-lite tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
 	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
 	$(BIN) serve --data-dir $(DATA) $(RUN_FLAGS)
@@ -77,6 +78,7 @@ fuzz:
 	$(FUZZ) 300x -fuzz '^FuzzDecode$$' ./node/audiocodec
 	$(FUZZ) 20000x -fuzz '^FuzzEncode$$' ./node/engine/tokenizer
 	$(FUZZ) 20000x -fuzz '^FuzzEncodeBPE$$' ./node/engine/tokenizer
+	$(FUZZ) 20000x -fuzz '^FuzzEncodePieces$$' ./node/engine/tokenizer
 	$(FUZZ) 5000x -fuzz '^FuzzSchemaAutomaton$$' ./node/engine/chat
 	$(FUZZ) 20000x -fuzz '^FuzzParseEntry$$' ./node/audit
 	$(FUZZ) 3000x -fuzz '^FuzzPixelKernels$$' ./node/engine/vision

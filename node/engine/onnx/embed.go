@@ -41,9 +41,10 @@ type sequence struct {
 // embedder serves a text-embedding model on one ONNX Runtime session.
 type embedder struct {
 	id          string
-	tok         *tokenizer.Tokenizer
+	tok         textEncoder
 	sess        *ort.DynamicAdvancedSession
 	inputs      []string // session input order; token_type_ids only if the model has it
+	sparse      bool     // inputs indices/values, output [batch, hidden] (see embed_sparse.go)
 	hidden      int      // the model's vector length
 	padID       int64
 	meanPool    bool // false: CLS pooling
@@ -60,7 +61,11 @@ type embedder struct {
 // LoadEmbedder builds a text-embedding engine from spec: spec.Files["model"]
 // is an ONNX encoder with inputs input_ids, attention_mask and optionally
 // token_type_ids and a [batch, sequence, hidden] output (last_hidden_state);
-// spec.Files["tokenizer"] is its Hugging Face tokenizer.json. Options:
+// spec.Files["tokenizer"] is its Hugging Face tokenizer.json. Or, for the
+// Universal Sentence Encoder lite, the model takes a sparse batch (inputs
+// indices [N,2] and values [N]) and returns pooled [batch, hidden] vectors,
+// and spec.Files["vocab"] is its SentencePiece vocabulary (see
+// embed_sparse.go). Options:
 // pooling (mean|cls, default mean), normalize (default true), max_tokens
 // (default 512), dimensions (default: the model's hidden size) and
 // truncatable_dimensions (default false). One session is created here and
@@ -96,10 +101,7 @@ func batchWorkers(intraOpThreads int) int {
 
 // newEmbedderConfig reads the tokenizer and the options.
 func newEmbedderConfig(spec engine.Spec) (*embedder, error) {
-	if spec.Files["model"] == "" || spec.Files["tokenizer"] == "" {
-		return nil, fmt.Errorf("spec needs files \"model\" and \"tokenizer\"")
-	}
-	tok, err := tokenizer.Load(filepath.Join(spec.Dir, spec.Files["tokenizer"]))
+	tok, err := loadTextEncoder(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +148,12 @@ func (e *embedder) openSession(r *Runtime, path, dimsOption string) error {
 	if err != nil {
 		return fmt.Errorf("read model %s: %w", path, err)
 	}
+	if isSparseSignature(ins) {
+		return e.openSparseSession(r, path, ins, outs, dimsOption)
+	}
+	if _, ok := e.tok.(*tokenizer.Tokenizer); !ok {
+		return fmt.Errorf("a piece vocabulary goes with a sparse (indices, values) model, not %s", path)
+	}
 	have := map[string]bool{}
 	for _, in := range ins {
 		switch in.Name {
@@ -169,7 +177,16 @@ func (e *embedder) openSession(r *Runtime, path, dimsOption string) error {
 	if err != nil {
 		return err
 	}
-	e.hidden = int(out.Dimensions[2])
+	if err := e.setHidden(out, 2, dimsOption); err != nil {
+		return err
+	}
+	return e.createSession(r, path, out.Name)
+}
+
+// setHidden sets the vector length from dimension dim of out, or from the
+// dimensions option where the model leaves it dynamic.
+func (e *embedder) setHidden(out ort.InputOutputInfo, dim int, dimsOption string) error {
+	e.hidden = int(out.Dimensions[dim])
 	if dimsOption != "" {
 		d, err := strconv.Atoi(dimsOption)
 		if err != nil || d <= 0 {
@@ -183,12 +200,17 @@ func (e *embedder) openSession(r *Runtime, path, dimsOption string) error {
 	if e.hidden <= 0 {
 		return fmt.Errorf("the model's hidden size is dynamic; set option dimensions")
 	}
+	return nil
+}
+
+// createSession opens the session on e.inputs and the output named out.
+func (e *embedder) createSession(r *Runtime, path, out string) error {
 	opts, err := r.sessionOptions(r.EmbedThreads())
 	if err != nil {
 		return err
 	}
 	defer opts.Destroy()
-	e.sess, err = ort.NewDynamicAdvancedSession(path, e.inputs, []string{out.Name}, opts)
+	e.sess, err = ort.NewDynamicAdvancedSession(path, e.inputs, []string{out}, opts)
 	if err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}
@@ -294,6 +316,10 @@ func (e *embedder) sequences(req engine.EmbedRequest) ([]sequence, error) {
 		if err != nil {
 			return nil, fmt.Errorf("onnx: %s: tokenize input[%d]: %w", e.id, i, err)
 		}
+		if len(enc.IDs) == 0 && e.sparse {
+			// The sparse batch has no row for a text without pieces.
+			return nil, &engine.InputError{Param: "input", Msg: fmt.Sprintf("input[%d]: text is empty", i)}
+		}
 		seqs = append(seqs, sequence{ids: enc.IDs, types: enc.TypeIDs})
 	}
 	vocab := int64(e.tok.VocabSize())
@@ -315,6 +341,9 @@ func (e *embedder) sequences(req engine.EmbedRequest) ([]sequence, error) {
 // infer runs seqs as one padded batch and returns one pooled vector (not
 // normalised) per sequence.
 func (e *embedder) infer(seqs []sequence) ([][]float32, error) {
+	if e.sparse {
+		return e.inferSparse(seqs)
+	}
 	n, s := len(seqs), 0
 	for _, q := range seqs {
 		s = max(s, len(q.ids))
