@@ -40,12 +40,14 @@ assets: deps
 	/usr/bin/python3 testdata/models/gen_tiny_gguf.py $(CACHE)/models/tiny-gguf
 
 # Start a node on the embedded defaults (127.0.0.1:11436) with the fetched
-# models installed into ./data; RUN_FLAGS adds serve flags
+# models installed into ./data (each once: its folder is its canonical id
+# with slashes as --); RUN_FLAGS adds serve flags
 # (make run RUN_FLAGS=--legacy-listen).
 RUN_FLAGS ?=
 run: build assets
 	@for m in isnet use-lite tiny-bert tiny-llama centernet blazeface describer whisper-base silero-vad kokoro; do \
-	  [ -n "$$(ls -d $(DATA)/models/*$$m* 2>/dev/null)" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
+	  id=$$(sed -n 's/^ *"id": *"\([^"]*\)".*/\1/p' $(CACHE)/models/$$m/manifest.json | head -1); \
+	  [ -d "$(DATA)/models/$${id//\//--}" ] || $(BIN) models import --data-dir $(DATA) $(CACHE)/models/$$m; \
 	done
 	$(BIN) serve --data-dir $(DATA) $(RUN_FLAGS)
 
