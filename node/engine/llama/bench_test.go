@@ -180,7 +180,7 @@ func BenchmarkGGUFDecode(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/streams=%d", ft, streams), func(b *testing.B) {
 				e := benchEngine(b, r, path, map[string]string{"max_batch": "8"})
 				threads, poll, _ := r.threads(nil)
-				bare, err := e.lm.NewContext(ContextConfig{Context: 8 * 2048, Sequences: 8, Batch: 1024, Threads: threads, Poll: poll, Unified: true})
+				bare, err := e.lm.NewContext(ContextConfig{Context: defaultKVCells + 2*defaultContext, Sequences: 8 + defaultPrefixSequences, Batch: 1024, Threads: threads, Poll: poll, Unified: true})
 				if err != nil {
 					b.Fatal(err)
 				}
