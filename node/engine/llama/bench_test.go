@@ -178,9 +178,9 @@ func BenchmarkGGUFDecode(b *testing.B) {
 		path := benchGGUF(b, r.lib, ft)
 		for _, streams := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/streams=%d", ft, streams), func(b *testing.B) {
-				e := benchEngine(b, r, path, map[string]string{"max_batch": "8", "prefill_chunk": os.Getenv("GGUF_CHUNK")})
+				e := benchEngine(b, r, path, map[string]string{"max_batch": "8"})
 				threads, poll, _ := r.threads(nil)
-				bare, err := e.lm.NewContext(ContextConfig{Context: 8 * 2048, Sequences: 8, Batch: 1024, Threads: threads, Poll: poll})
+				bare, err := e.lm.NewContext(ContextConfig{Context: defaultKVCells + 2*defaultContext, Sequences: 8 + defaultPrefixSequences, Batch: 1024, Threads: threads, Poll: poll, Unified: true})
 				if err != nil {
 					b.Fatal(err)
 				}

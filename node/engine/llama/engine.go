@@ -21,6 +21,10 @@ const (
 	defaultMaxBatch     = 8
 	defaultQueuePerSlot = 4
 	defaultPrefillChunk = 256
+	// defaultKVCells caps the default KV cells of running sequences
+	// (kv_cells): max_batch × context_window would allocate 16,384 cells
+	// at the defaults, most of them never used by short chats.
+	defaultKVCells = 8192
 	// defaultPrefixSequences is how many finished sequences the prefix
 	// cache keeps (each under a sequence id of its own).
 	defaultPrefixSequences = 8
@@ -116,7 +120,10 @@ type chatEngine struct {
 // Options: context_window (default 2048, at most the model's training
 // context), max_output (default 1024), max_batch (sequences decoding
 // together, default 8), max_queue (default 4 × max_batch), prefill_chunk
-// (prompt tokens per step, default 256), prefix_cache_tokens (KV cells
+// (prompt tokens per step, default 256), kv_cells (KV cells the running
+// sequences' reservations — prompt + max_tokens — share, default
+// min(max_batch × context_window, 8192), at least context_window; more
+// waits in the queue), prefix_cache_tokens (KV cells
 // the prefix cache may hold, default 2 × context_window; 0 turns it off),
 // prefix_cache_seqs (finished sequences it keeps, default 8), threads and
 // poll (Config).
@@ -186,6 +193,10 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 	if err != nil {
 		return nil, err
 	}
+	kvCells, err := intOption(spec.Options, "kv_cells", max(ctxWin, min(maxBatch*ctxWin, defaultKVCells)), ctxWin, 1<<22)
+	if err != nil {
+		return nil, err
+	}
 	prefixTokens, err := intOption(spec.Options, "prefix_cache_tokens", 2*ctxWin, 0, 1<<22)
 	if err != nil {
 		return nil, err
@@ -210,7 +221,7 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 	if prefixTokens == 0 {
 		cacheIDs = 0
 	}
-	ctx, err := lm.NewContext(ContextConfig{Context: maxBatch*ctxWin + prefixTokens, Sequences: maxBatch + cacheIDs,
+	ctx, err := lm.NewContext(ContextConfig{Context: kvCells + prefixTokens, Sequences: maxBatch + cacheIDs,
 		Batch: chunk + maxBatch, Threads: threads, Poll: poll, Unified: true})
 	if err != nil {
 		lm.Free()
@@ -222,7 +233,7 @@ func (r *Runtime) loadChat(spec engine.Spec) (*chatEngine, error) {
 		prefix = newPrefixCache(ctx, maxBatch, cacheIDs, prefixTokens, cellBytes(f))
 		e.prefix = prefix
 	}
-	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk, prefix: prefix})
+	e.sched = newScheduler(spec.ID, ctx, schedConfig{maxBatch: maxBatch, maxQueue: maxQueue, chunk: chunk, kvCells: kvCells, prefix: prefix})
 	return e, nil
 }
 

@@ -286,3 +286,43 @@ func TestJSONSchemaAndToolCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestKVCellsAdmission: a request whose reservation (prompt + max_tokens)
+// does not fit in the KV cells left waits in the queue until the running
+// one ends, then runs.
+func TestKVCellsAdmission(t *testing.T) {
+	e := loadTiny(t, map[string]string{"context_window": "256", "kv_cells": "256", "max_batch": "4"})
+	release := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan error, 2)
+	go func() {
+		once := false
+		_, err := e.Chat(context.Background(), engine.ChatRequest{Messages: user("first"), MaxTokens: 150, Temperature: greedy()}, func(d engine.ChatDelta) error {
+			if !once {
+				once = true
+				close(started)
+				<-release
+			}
+			return nil
+		})
+		done <- err
+	}()
+	<-started
+	go func() {
+		_, err := e.Chat(context.Background(), engine.ChatRequest{Messages: user("second"), MaxTokens: 150, Temperature: greedy()}, nil)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.BatchStats().Queued != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := e.BatchStats(); st.Queued != 1 || st.Running != 1 {
+		t.Fatalf("want one running and one queued: %+v", st)
+	}
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

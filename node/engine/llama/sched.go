@@ -32,8 +32,9 @@ const prefillGrace = 20 * time.Millisecond
 // memory, so sequences join and leave between steps without moving
 // anyone else's cache.
 //
-// Admission: at most maxBatch sequences (prefilling or decoding); others
-// wait in a FIFO of maxQueue, beyond which a request is refused with
+// Admission: at most maxBatch sequences (prefilling or decoding) whose
+// reservations (prompt + max_tokens) fit in kvCells together; others wait
+// in a FIFO of maxQueue, beyond which a request is refused with
 // engine.BusyError.
 type scheduler struct {
 	id    string
@@ -53,6 +54,7 @@ type scheduler struct {
 	closed   bool
 	maxBatch int
 	maxQueue int
+	kvCells  int // KV cells the running sequences may reserve in all
 	admitted []*seq
 	queue    []*waiter
 	running  []*seq // decoding
@@ -105,12 +107,12 @@ type waiter struct {
 }
 
 type schedConfig struct {
-	maxBatch, maxQueue, chunk int
-	prefix                    *prefixCache
+	maxBatch, maxQueue, chunk, kvCells int
+	prefix                             *prefixCache
 }
 
 func newScheduler(id string, lctx *Context, c schedConfig) *scheduler {
-	s := &scheduler{id: id, lctx: lctx, chunk: c.chunk, maxBatch: c.maxBatch, maxQueue: c.maxQueue, prefix: c.prefix, done: make(chan struct{})}
+	s := &scheduler{id: id, lctx: lctx, chunk: c.chunk, maxBatch: c.maxBatch, maxQueue: c.maxQueue, kvCells: c.kvCells, prefix: c.prefix, done: make(chan struct{})}
 	for i := c.maxBatch - 1; i >= 0; i-- {
 		s.free = append(s.free, i)
 	}
@@ -132,7 +134,7 @@ func (s *scheduler) admit(ctx context.Context, reserve int) (*seq, error) {
 	case s.closed:
 		s.mu.Unlock()
 		return nil, errEngineClosed
-	case len(s.queue) == 0 && len(s.admitted) < s.maxBatch:
+	case len(s.queue) == 0 && s.fitsLocked(reserve):
 		s.admitted = append(s.admitted, q)
 		s.mu.Unlock()
 		return q, nil
@@ -163,12 +165,27 @@ func (s *scheduler) admit(ctx context.Context, reserve int) (*seq, error) {
 	}
 }
 
+// fitsLocked reports whether a sequence reserving reserve positions may
+// be admitted now: a free sequence id, and the reservations of the
+// admitted sequences plus this one within the KV cells (a sequence alone
+// is always admitted).
+func (s *scheduler) fitsLocked(reserve int) bool {
+	if len(s.admitted) >= s.maxBatch {
+		return false
+	}
+	sum := reserve
+	for _, q := range s.admitted {
+		sum += q.reserve
+	}
+	return len(s.admitted) == 0 || sum <= s.kvCells
+}
+
 // releaseLocked ends q's admission and admits queued requests.
 func (s *scheduler) releaseLocked(q *seq) {
 	if i := slices.Index(s.admitted, q); i >= 0 {
 		s.admitted = slices.Delete(s.admitted, i, i+1)
 	}
-	for len(s.queue) > 0 && !s.closed && len(s.admitted) < s.maxBatch {
+	for len(s.queue) > 0 && !s.closed && s.fitsLocked(s.queue[0].q.reserve) {
 		w := s.queue[0]
 		s.queue = s.queue[1:]
 		s.admitted = append(s.admitted, w.q)

@@ -48,18 +48,13 @@ const char *lm_open(lm_api *a, const char *base, const char *ggml, const char *l
 	a->memory_seq_rm = lm_sym(l, "llama_memory_seq_rm", missing);
 	a->memory_seq_cp = lm_sym(l, "llama_memory_seq_cp", missing);
 	a->memory_clear = lm_sym(l, "llama_memory_clear", missing);
-	a->memory_seq_pos_max = lm_sym(l, "llama_memory_seq_pos_max", missing);
 	a->model_get_vocab = lm_sym(l, "llama_model_get_vocab", missing);
 	a->vocab_n_tokens = lm_sym(l, "llama_vocab_n_tokens", missing);
 	a->model_n_embd = lm_sym(l, "llama_model_n_embd", missing);
 	a->tokenize = lm_sym(l, "llama_tokenize", missing);
 	a->token_to_piece = lm_sym(l, "llama_token_to_piece", missing);
 	a->attach_threadpool = lm_sym(l, "llama_attach_threadpool", missing);
-	a->set_n_threads = lm_sym(l, "llama_set_n_threads", missing);
-	a->synchronize = lm_sym(l, "llama_synchronize", missing);
-	a->n_ctx = lm_sym(l, "llama_n_ctx", missing);
 	a->n_seq_max = lm_sym(l, "llama_n_seq_max", missing);
-	a->n_batch = lm_sym(l, "llama_n_batch", missing);
 	if (*missing) return "missing symbol";
 	a->log_set((void *)lm_log, NULL);
 	a->backend_init();
@@ -103,7 +98,6 @@ float *lm_embeddings_seq(lm_api *a, void *c, int32_t s) { return a->get_embeddin
 bool lm_seq_rm(lm_api *a, void *c, int32_t s, int32_t p0, int32_t p1) { return a->memory_seq_rm(a->get_memory(c), s, p0, p1); }
 void lm_seq_cp(lm_api *a, void *c, int32_t s, int32_t d, int32_t p0, int32_t p1) { a->memory_seq_cp(a->get_memory(c), s, d, p0, p1); }
 void lm_mem_clear(lm_api *a, void *c) { a->memory_clear(a->get_memory(c), true); }
-int32_t lm_seq_pos_max(lm_api *a, void *c, int32_t s) { return a->memory_seq_pos_max(a->get_memory(c), s); }
 const void *lm_vocab(lm_api *a, const void *m) { return a->model_get_vocab(m); }
 int32_t lm_n_vocab(lm_api *a, const void *v) { return a->vocab_n_tokens(v); }
 int32_t lm_n_embd(lm_api *a, const void *m) { return a->model_n_embd(m); }
@@ -116,6 +110,4 @@ int32_t lm_piece(lm_api *a, const void *v, int32_t tok, char *buf, int32_t n, bo
 void *lm_tp_new(lm_api *a, void *p) { return a->threadpool_new((lm_tp_params *)p); }
 void lm_tp_free(lm_api *a, void *tp) { a->threadpool_free(tp); }
 void lm_attach(lm_api *a, void *c, void *tp) { a->attach_threadpool(c, tp, tp); }
-uint32_t lm_n_ctx(lm_api *a, const void *c) { return a->n_ctx(c); }
 uint32_t lm_n_seq_max(lm_api *a, const void *c) { return a->n_seq_max(c); }
-uint32_t lm_n_batch(lm_api *a, const void *c) { return a->n_batch(c); }

@@ -52,20 +52,15 @@ typedef struct {
 	bool (*memory_seq_rm)(void *, int32_t, int32_t, int32_t);
 	void (*memory_seq_cp)(void *, int32_t, int32_t, int32_t, int32_t);
 	void (*memory_clear)(void *, bool);
-	int32_t (*memory_seq_pos_max)(void *, int32_t);
 	const void *(*model_get_vocab)(const void *);
 	int32_t (*vocab_n_tokens)(const void *);
 	int32_t (*model_n_embd)(const void *);
 	int32_t (*tokenize)(const void *, const char *, int32_t, int32_t *, int32_t, bool, bool);
 	int32_t (*token_to_piece)(const void *, int32_t, char *, int32_t, int32_t, bool);
 	void (*attach_threadpool)(void *, void *, void *);
-	void (*set_n_threads)(void *, int32_t, int32_t);
-	void (*synchronize)(void *);
 	void *(*threadpool_new)(lm_tp_params *);
 	void (*threadpool_free)(void *);
-	uint32_t (*n_ctx)(const void *);
 	uint32_t (*n_seq_max)(const void *);
-	uint32_t (*n_batch)(const void *);
 } lm_api;
 
 
@@ -88,7 +83,6 @@ float *lm_embeddings_seq(lm_api *a, void *c, int32_t s);
 bool lm_seq_rm(lm_api *a, void *c, int32_t s, int32_t p0, int32_t p1);
 void lm_seq_cp(lm_api *a, void *c, int32_t s, int32_t d, int32_t p0, int32_t p1);
 void lm_mem_clear(lm_api *a, void *c);
-int32_t lm_seq_pos_max(lm_api *a, void *c, int32_t s);
 const void *lm_vocab(lm_api *a, const void *m);
 int32_t lm_n_vocab(lm_api *a, const void *v);
 int32_t lm_n_embd(lm_api *a, const void *m);
@@ -97,8 +91,6 @@ int32_t lm_piece(lm_api *a, const void *v, int32_t tok, char *buf, int32_t n, bo
 void *lm_tp_new(lm_api *a, void *p);
 void lm_tp_free(lm_api *a, void *tp);
 void lm_attach(lm_api *a, void *c, void *tp);
-uint32_t lm_n_ctx(lm_api *a, const void *c);
 uint32_t lm_n_seq_max(lm_api *a, const void *c);
-uint32_t lm_n_batch(lm_api *a, const void *c);
 
 #endif
