@@ -14,7 +14,7 @@ all: build
 build: deps
 	go build $(GOFLAGS_LD) -o $(BIN) ./cmd/infermesh
 
-# Copy the binary to $(PREFIX)/bin (default ~/.local/bin), so the README's
+# Copy the binary to $(PREFIX)/bin (default ~/.local/bin), so the docs'
 # `infermesh ...` commands work from any folder.
 PREFIX ?= $(HOME)/.local
 install: build

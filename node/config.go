@@ -61,7 +61,7 @@ type Config struct {
 	// memory back after each run (slower runs), a duration keeps the arena
 	// and gives it back once a model has had no run for that long
 	// (background removal; the other pipelines keep it). A model's
-	// memory_arena option overrides it. See the README's "Model memory".
+	// memory_arena option overrides it. See docs/models.md, "Model memory".
 	MemoryArena string
 	// BatchMax and BatchWait configure the embeddings dynamic batcher.
 	BatchMax int

@@ -14,7 +14,7 @@ import (
 type envFlags struct {
 	fs   *flag.FlagSet
 	errs []string
-	// rows documents every flag for `infermesh serve -h` and the README.
+	// rows documents every flag for `infermesh serve -h` and docs/configuration.md.
 	rows [][3]string
 }
 

@@ -23,7 +23,7 @@ import (
 )
 
 // Live transcription over WebSocket: GET /v1/audio/transcriptions/stream.
-// The protocol is described in README.md ("Live transcription").
+// The protocol is described in docs/audio.md ("Live transcription").
 
 // Limits of one live transcription session.
 const (

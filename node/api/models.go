@@ -58,7 +58,7 @@ func markDeprecated(w http.ResponseWriter, m Model) {
 }
 
 // installedEntry is one row of GET /v1/models/installed (shape not fixed by
-// the spec; documented in README).
+// the spec; documented in docs/api.md).
 type installedEntry struct {
 	Key        string   `json:"key"`
 	WireID     string   `json:"wire_id"`

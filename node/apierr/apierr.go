@@ -31,7 +31,7 @@ const (
 
 // Error codes of requests the API refuses (the body's "code"). The spec
 // names model_not_found and the overload and drain codes; the rest follow
-// the OpenAI reference where it has one, and are listed in the README.
+// the OpenAI reference where it has one, and are listed in docs/ (the guide of each route family, docs/governance.md for limits).
 const (
 	CodeModelNotFound        = "model_not_found"
 	CodeModelNotSupported    = "model_not_supported"
