@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -182,11 +182,18 @@ func runConversations(t *testing.T, model convModel, strategy, ipPrefix string) 
 			}
 			served[c] = backend
 			msg := res.Choices[0].Message
-			_, msgs, err := prefix.ParseRequest(body)
-			if err != nil {
+			// The conversation with this answer, hashed as the next
+			// request's body will be.
+			var req map[string]any
+			if err := json.Unmarshal(body, &req); err != nil {
 				t.Fatal(err)
 			}
-			all := prefix.Hashes(model.id, nil, append(slices.Clone(msgs), prefix.Message{Role: "assistant", Content: msg.Content}))
+			req["messages"] = append(req["messages"].([]any), map[string]any{"role": "assistant", "content": msg.Content})
+			next, _ := json.Marshal(req)
+			all := prefix.RequestHashes(model.id, next)
+			if len(all) == 0 {
+				t.Fatalf("no prefix hashes for %s", next)
+			}
 			recorded[c] = all[len(all)-1]
 			history[c] = append(history[c], msg.ToParam())
 		}

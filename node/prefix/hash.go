@@ -209,19 +209,13 @@ type request struct {
 // with messages.
 var ErrNotChat = errors.New("prefix: not a chat request with messages")
 
-// ParseRequest reads the tools and messages of a chat completions request
-// body (OpenAI's format) the way the API layer converts them into an
-// engine.ChatRequest, so that FromEngine of the converted request gives the
-// same hashes; that includes the legacy functions (tools when there are
-// none), an assistant function_call (a tool call named by
-// engine.LegacyCallID) and role "function" answers (tool messages).
-// Unknown and unhashed fields are ignored.
-func ParseRequest(body []byte) ([]Tool, []Message, error) {
-	tools, msgs, _, err := parseRequest(body)
-	return tools, msgs, err
-}
-
-// parseRequest is ParseRequest that also returns the prompt cache key.
+// parseRequest reads the tools, messages and prompt cache key of a chat
+// completions request body (OpenAI's format) the way the API layer
+// converts them into an engine.ChatRequest, so that FromEngine of the
+// converted request gives the same hashes; that includes the legacy
+// functions (tools when there are none), an assistant function_call (a
+// tool call named by engine.LegacyCallID) and role "function" answers
+// (tool messages). Unknown and unhashed fields are ignored.
 func parseRequest(body []byte) ([]Tool, []Message, string, error) {
 	var in request
 	if err := json.Unmarshal(body, &in); err != nil {
