@@ -33,6 +33,8 @@ type simTransport struct {
 	streams chan net.Conn
 	done    chan struct{}
 	once    sync.Once
+	mu      sync.Mutex
+	closed  bool
 }
 
 var _ memberlist.NodeAwareTransport = (*simTransport)(nil)
@@ -101,13 +103,14 @@ func (t *simTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 		return nil, err
 	}
 	p1, p2 := net.Pipe()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case dest.streams <- p1:
-		return p2, nil
-	case <-dest.done:
-	case <-timer.C:
+	dest.mu.Lock()
+	defer dest.mu.Unlock()
+	if !dest.closed {
+		select {
+		case dest.streams <- p1:
+			return p2, nil
+		default: // a backlog as full as a listener's: refused
+		}
 	}
 	p1.Close()
 	p2.Close()
@@ -118,9 +121,21 @@ func (t *simTransport) StreamCh() <-chan net.Conn { return t.streams }
 
 func (t *simTransport) IngestStream(net.Conn) error { return errors.New("not supported") }
 
+// Shutdown refuses new streams and closes the ones not accepted yet, so
+// their writers fail as they would on a connection to a dead process.
 func (t *simTransport) Shutdown() error {
 	t.once.Do(func() { close(t.done) })
-	return nil
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	for {
+		select {
+		case c := <-t.streams:
+			c.Close()
+		default:
+			return nil
+		}
+	}
 }
 
 // simAddr is a net.Addr for a sim address.
