@@ -410,6 +410,7 @@ func (c *Cluster) ready(ctx context.Context, n *Node) bool {
 
 func (c *Cluster) watchExit(n *Node, p *proc, inc int) {
 	<-p.done
+	defer close(p.recorded) // after the unlock below: the state is down
 	code, sig := p.exitDesc()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -476,6 +477,9 @@ func (c *Cluster) Terminate(id string) error {
 		p.wait(15 * time.Second)
 		return fmt.Errorf("node %s did not exit within %s of SIGTERM; killed", id, c.cfg.DrainTimeout+10*time.Second)
 	}
+	// The exit is recorded (state down) by watchExit after done closes; a
+	// restart right after must not find the node still draining.
+	<-p.recorded
 	return nil
 }
 

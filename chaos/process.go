@@ -23,9 +23,12 @@ type proc struct {
 	started time.Time
 	log     *lineWatcher
 	done    chan struct{} // closed when the process has exited and logs are flushed
-	ended   time.Time
-	state   *os.ProcessState
-	waitErr error
+	// recorded is closed once the cluster has recorded the exit (the
+	// node's state is down), after done.
+	recorded chan struct{}
+	ended    time.Time
+	state    *os.ProcessState
+	waitErr  error
 }
 
 // startProc starts bin with args, logging both output streams to logPath
@@ -49,7 +52,7 @@ func startProc(bin string, args, env []string, logPath string, gid int) (*proc, 
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p := &proc{cmd: cmd, started: time.Now(), log: lw, done: make(chan struct{})}
+	p := &proc{cmd: cmd, started: time.Now(), log: lw, done: make(chan struct{}), recorded: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		p.ended = time.Now()
