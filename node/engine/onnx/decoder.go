@@ -431,15 +431,15 @@ func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func
 		return engine.ChatResponse{}, err
 	}
 	defer q.close()
-	var p *deltaPump
+	var p *chat.DeltaPump
 	send := onDelta
 	if onDelta != nil {
-		p = newDeltaPump(onDelta)
-		send = p.send
+		p = chat.NewDeltaPump(onDelta)
+		send = p.Send
 	}
 	resp, err := d.model.Generate(ctx, plan, q, send)
 	if p != nil {
-		if perr := p.finish(); err == nil {
+		if perr := p.Finish(); err == nil {
 			err = perr
 		}
 	}
@@ -447,76 +447,4 @@ func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func
 		return resp, ctx.Err()
 	}
 	return resp, err
-}
-
-// deltaPump passes deltas to a callback from a goroutine of its own, in
-// order. The first error the callback returns is reported by the next send
-// and by finish.
-type deltaPump struct {
-	fn   func(engine.ChatDelta) error
-	mu   sync.Mutex
-	wake *sync.Cond
-	buf  []engine.ChatDelta
-	err  error
-	end  bool
-	done chan struct{}
-}
-
-func newDeltaPump(fn func(engine.ChatDelta) error) *deltaPump {
-	p := &deltaPump{fn: fn, done: make(chan struct{})}
-	p.wake = sync.NewCond(&p.mu)
-	go p.run()
-	return p
-}
-
-func (p *deltaPump) run() {
-	defer close(p.done)
-	var batch []engine.ChatDelta
-	for {
-		p.mu.Lock()
-		for len(p.buf) == 0 && !p.end {
-			p.wake.Wait()
-		}
-		if len(p.buf) == 0 {
-			p.mu.Unlock()
-			return
-		}
-		batch, p.buf = p.buf, batch[:0]
-		p.mu.Unlock()
-		for _, dl := range batch {
-			if err := p.fn(dl); err != nil {
-				p.mu.Lock()
-				p.err, p.end, p.buf = err, true, nil
-				p.mu.Unlock()
-				return
-			}
-		}
-	}
-}
-
-// send queues d, or returns the callback's error.
-func (p *deltaPump) send(d engine.ChatDelta) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err != nil {
-		return p.err
-	}
-	if !p.end {
-		p.buf = append(p.buf, d)
-		p.wake.Signal()
-	}
-	return nil
-}
-
-// finish waits until every queued delta is delivered and returns the
-// callback's error, if any.
-func (p *deltaPump) finish() error {
-	p.mu.Lock()
-	p.end = true
-	p.wake.Signal()
-	p.mu.Unlock()
-	<-p.done
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
 }
