@@ -16,8 +16,13 @@ fmt='{{range .Funcs}}{{printf "%s.%s %s\n" $.Path .Name .Position}}{{end}}'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 deadcode -f "$fmt" ./... >"$tmp/prod" &
+prod=$!
 deadcode -test -f "$fmt" ./... >"$tmp/test" &
-wait %1 && wait %2
+test=$!
+# Each wait on its own line: set -e stops at a run that failed (a missing
+# tool among them), which an && list would let through as "clean".
+wait "$prod"
+wait "$test"
 # Allowlist: one "package/path.Func" per line; '#' starts a comment.
 sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$allow" | sort -u >"$tmp/allow"
 awk '{print $1}' "$tmp/prod" | grep -v -E '^[^ ]*test\.' | sort -u | comm -23 - "$tmp/allow" >"$tmp/bad" || true
