@@ -3,6 +3,8 @@ package mesh
 import (
 	"encoding/binary"
 	"errors"
+	"net"
+	"strconv"
 
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/proto"
@@ -164,16 +166,29 @@ func (m *Mesh) answerVersions(b []byte) {
 		m.log.Error("encode records for a peer", "err", err)
 		return
 	}
-	var node *memberlist.Node
-	for _, n := range m.ml.Members() {
-		if n.Name == peer {
-			node = n
-			break
+	// The address comes from this mesh's own table: a *memberlist.Node
+	// from Members() points into memberlist's state, which its packet
+	// handler rewrites while the send below reads it (go test -race).
+	// A peer not in the table yet (start-up) is looked up in memberlist's
+	// list and its address copied at once.
+	addr := ""
+	if p, ok := m.Peer(peer); ok {
+		addr = p.GossipAddr
+	} else {
+		for _, n := range m.ml.Members() {
+			if n.Name == peer {
+				addr = n.Address()
+				break
+			}
 		}
 	}
-	if node == nil {
+	host, port, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	pn, perr := strconv.ParseUint(port, 10, 16)
+	if err != nil || ip == nil || perr != nil {
 		return
 	}
+	node := &memberlist.Node{Name: peer, Addr: ip, Port: uint16(pn)}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
