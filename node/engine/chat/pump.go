@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"sync"
 
 	"github.com/infermesh/infermesh/node/engine"
@@ -78,4 +79,26 @@ func (p *DeltaPump) Finish() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.err
+}
+
+// Pumped runs gen with a send func that reaches onDelta through a
+// DeltaPump (nil onDelta: none), waits for every delta to be delivered,
+// and reports the context's error when the run failed because ctx ended.
+func Pumped(ctx context.Context, onDelta func(engine.ChatDelta) error, gen func(send func(engine.ChatDelta) error) (engine.ChatResponse, error)) (engine.ChatResponse, error) {
+	var p *DeltaPump
+	send := onDelta
+	if onDelta != nil {
+		p = NewDeltaPump(onDelta)
+		send = p.Send
+	}
+	resp, err := gen(send)
+	if p != nil {
+		if perr := p.Finish(); err == nil {
+			err = perr
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return resp, ctx.Err()
+	}
+	return resp, err
 }

@@ -431,20 +431,7 @@ func (d *decoder) Chat(ctx context.Context, req engine.ChatRequest, onDelta func
 		return engine.ChatResponse{}, err
 	}
 	defer q.close()
-	var p *chat.DeltaPump
-	send := onDelta
-	if onDelta != nil {
-		p = chat.NewDeltaPump(onDelta)
-		send = p.Send
-	}
-	resp, err := d.model.Generate(ctx, plan, q, send)
-	if p != nil {
-		if perr := p.Finish(); err == nil {
-			err = perr
-		}
-	}
-	if err != nil && ctx.Err() != nil {
-		return resp, ctx.Err()
-	}
-	return resp, err
+	return chat.Pumped(ctx, onDelta, func(send func(engine.ChatDelta) error) (engine.ChatResponse, error) {
+		return d.model.Generate(ctx, plan, q, send)
+	})
 }
